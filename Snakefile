@@ -1,0 +1,25 @@
+# Rebuilds every experiment of the Distributed ML Systems course from one DAG.
+# config key -> rule -> script: studies live in config/config.yaml, runs are expanded in
+# rules/common.smk, and every run is the same engine (workflow/scripts/dmls/engine.py).
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schemas/config.schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/aggregate.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.aggregate_runs.output.table,

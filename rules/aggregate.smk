@@ -1,0 +1,12 @@
+rule aggregate_runs:
+    """One row per run: its config, how it ended (ok/skipped/failed/diverged) and its numbers."""
+    input:
+        metrics=all_run_metrics(),
+    output:
+        table=f"{RESULTS}/runs.csv",
+    log:
+        f"{RESULTS}/logs/aggregate_runs.log",
+    conda:
+        "../envs/pipeline.yaml"
+    script:
+        "../workflow/scripts/aggregate_runs.py"

@@ -1,0 +1,42 @@
+# Helpers shared by the rules: the config expanded into runs, and per-run inputs/resources.
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+
+from dmls.spec import resolve_runs
+
+RESULTS = config["results_dir"]
+# Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
+RUNS = resolve_runs(config)
+
+
+wildcard_constraints:
+    study="[A-Za-z0-9_]+",
+    run="[A-Za-z0-9][A-Za-z0-9_.-]*",
+    dataset="cifar10|fashion_mnist|tabular|synthetic_cifar",
+
+
+def run_spec(wildcards):
+    return RUNS[f"{wildcards.study}/{wildcards.run}"]
+
+
+def all_run_metrics():
+    """The target list: one metrics file per run of every study in config."""
+    return [f"{RESULTS}/runs/{run_id}/metrics.json" for run_id in RUNS]
+
+
+def dataset_manifest(wildcards):
+    return f"{RESULTS}/data/{run_spec(wildcards).dataset}.json"
+
+
+def spec_json(wildcards):
+    return run_spec(wildcards).to_json()
+
+
+def requested_gpus(wildcards):
+    """GPUs a run asks for by its spec (device 'auto' asks for none: it uses what it finds)."""
+    spec = run_spec(wildcards)
+    wants_cuda = spec.device == "cuda" or spec.launcher == "dp" or spec.backend == "nccl"
+    return spec.replicas if wants_cuda else 0

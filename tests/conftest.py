@@ -1,0 +1,37 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+
+from dmls.spec import RunSpec, deep_merge, load_schema, resolve_runs  # noqa: E402
+
+SCHEMA = ROOT / "config" / "schemas" / "config.schema.yaml"
+
+
+def validated(config: dict) -> dict:
+    """`config` validated and completed with the schema's defaults, as the Snakefile does."""
+    from snakemake.utils import validate
+
+    validate(config, str(SCHEMA))
+    return config
+
+
+def make_spec(study: str = "t", run: str = "r", **overrides) -> RunSpec:
+    """A resolved run spec: the schema's defaults under `overrides` (nested dicts merge)."""
+    config = validated({"defaults": deep_merge({}, overrides), "studies": {}})
+    config["studies"] = {"parallelism": {"runs": {run: {}}}}
+    spec = resolve_runs(config, load_schema())[f"parallelism/{run}"]
+    return RunSpec.from_dict(spec.to_dict() | {"study": study})
+
+
+@pytest.fixture(scope="session")
+def tabular_dir(tmp_path_factory) -> Path:
+    """A prepared synthetic tabular set (B's shape), shared by the engine tests."""
+    from dmls import data
+
+    out = tmp_path_factory.mktemp("data")
+    data.prepare("tabular", {"dir": None, "synthetic": {"n_train": 256, "n_test": 100, "seed": 0}}, out)
+    return out

@@ -1,0 +1,124 @@
+"""The training engine through the real launchers (gloo on CPU), checked by its numbers."""
+
+import pytest
+import torch
+from conftest import make_spec
+
+from dmls import launch, supervise
+
+B_MODEL = {"name": "mlp", "hidden": 16, "batch_norm": False}  # no BN: DDP ≡ one big batch
+
+
+def run(tmp_path, data_dir, name, strict=True, **overrides):
+    settings = dict(
+        dataset="tabular", model=B_MODEL, device="cpu", backend="gloo", epochs=2, num_workers=0,
+        optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.9},
+    )  # fmt: skip
+    spec = make_spec(run=name, **(settings | overrides))
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    with open(run_dir / "train.log", "w") as log:
+        metrics = supervise.run(
+            spec, run_dir=run_dir, data_dir=data_dir, log=log, threads=2, strict=strict
+        )
+    return metrics, run_dir
+
+
+def weights(run_dir):
+    return torch.load(run_dir / "model.pt", weights_only=True)["model"]
+
+
+def assert_same_weights(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=key)
+
+
+def test_ddp_two_ranks_equal_one_process_with_the_global_batch(tmp_path, tabular_dir):
+    one, one_dir = run(tmp_path, tabular_dir, "single", launcher="single", batch_size=64)
+    ddp, ddp_dir = run(
+        tmp_path, tabular_dir, "ddp", launcher="torchrun", nproc_per_node=2, batch_size=32
+    )
+    assert one["status"] == ddp["status"] == "ok"
+    assert ddp["world_size"] == 2 and sorted(r["rank"] for r in ddp["ranks"]) == [0, 1]
+    assert_same_weights(weights(one_dir), weights(ddp_dir))
+    # Test metrics cover the whole test set (reduced over both shards), so they agree too.
+    assert ddp["data"]["n_test"] == 100
+    assert ddp["final"]["test_loss"] == pytest.approx(one["final"]["test_loss"], abs=1e-5)
+    assert ddp["final"]["test_accuracy"] == pytest.approx(one["final"]["test_accuracy"], abs=1e-9)
+    assert len(ddp["history"]) == 2 and ddp["timing"]["samples_per_s"] > 0
+
+
+def test_accumulating_k_micro_batches_equals_one_k_times_larger_batch(tmp_path, tabular_dir):
+    _, big = run(tmp_path, tabular_dir, "big", batch_size=64, grad_accum_steps=1)
+    acc, small = run(tmp_path, tabular_dir, "accum", batch_size=16, grad_accum_steps=4)
+    assert acc["derived"]["global_batch_size"] == 64
+    assert_same_weights(weights(big), weights(small))
+
+
+def test_ddp_with_accumulation_uses_no_sync_and_still_matches(tmp_path, tabular_dir):
+    _, big = run(tmp_path, tabular_dir, "big", batch_size=64)
+    _, ddp = run(
+        tmp_path, tabular_dir, "ddp_acc", launcher="torchrun", nproc_per_node=2,
+        batch_size=16, grad_accum_steps=2,
+    )  # fmt: skip
+    assert_same_weights(weights(big), weights(ddp))
+
+
+def test_effective_precision_is_measured_not_assumed(tmp_path, tabular_dir):
+    bf16, _ = run(tmp_path, tabular_dir, "bf16", precision="bf16", epochs=1)
+    assert bf16["effective_precision"] == "bf16"
+    # accelerate's fp16 on a CPU is a silent no-op: the probe sees fp32.
+    acc, _ = run(tmp_path, tabular_dir, "acc_fp16", launcher="accelerate", precision="fp16", epochs=1)
+    assert acc["status"] == "ok" and acc["effective_precision"] == "fp32"
+
+
+def test_accelerate_on_cpu_really_gets_two_processes(tmp_path, tabular_dir):
+    metrics, _ = run(
+        tmp_path, tabular_dir, "acc2", launcher="accelerate", nproc_per_node=2, epochs=1
+    )
+    assert metrics["world_size"] == 2
+    assert sorted(r["rank"] for r in metrics["ranks"]) == [0, 1]
+    assert "--multi_gpu" in metrics["launch"]["commands"][0]
+
+
+def test_world_size_mismatch_fails_loudly(tmp_path, tabular_dir, monkeypatch):
+    # `accelerate launch --cpu --num_processes 2` starts ONE process: the engine must notice.
+    real = launch.build_commands
+
+    def cpu_flag_instead(*args, **kwargs):
+        cmds = real(*args, **kwargs)
+        for c in cmds:
+            c.argv[c.argv.index("--multi_gpu")] = "--cpu"
+        return cmds
+
+    monkeypatch.setattr(launch, "build_commands", cpu_flag_instead)
+    metrics, _ = run(
+        tmp_path, tabular_dir, "trap", strict=False, launcher="accelerate", nproc_per_node=2,
+        epochs=1,
+    )  # fmt: skip
+    assert metrics["status"] == "failed"
+    assert "WorldSizeMismatch" in metrics["reason"]
+    assert "asks for 2 process(es)" in metrics["reason"]
+    assert "history" not in metrics and "final" not in metrics
+
+
+def test_missing_gpu_is_skipped_with_the_reason(tmp_path, tabular_dir):
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    metrics, _ = run(tmp_path, tabular_dir, "gpu", strict=False, device="cuda")
+    assert metrics["status"] == "skipped"
+    assert "needs 1 CUDA GPU(s) on this host, found 0" in metrics["reason"]
+    assert "config/cpu.yaml" in metrics["reason"]
+    with pytest.raises(supervise.RunFailed, match="skipped: needs 1 CUDA GPU"):
+        run(tmp_path, tabular_dir, "gpu_strict", strict=True, device="cuda")
+
+
+def test_absurd_learning_rate_diverges(tmp_path, tabular_dir):
+    metrics, run_dir = run(
+        tmp_path, tabular_dir, "nan", optimizer={"name": "sgd", "lr": 1e12}, epochs=3
+    )
+    assert metrics["status"] == "diverged"
+    assert "non-finite loss at epoch 1" in metrics["reason"]
+    assert metrics["final"]["epochs_completed"] == 1
+    assert (run_dir / "history.csv").read_text().count("\n") == 2

@@ -1,0 +1,74 @@
+"""Each launcher builds the command a student would type, as an argument list."""
+
+import sys
+
+from conftest import make_spec
+
+from dmls.launch import WORKER, build_commands
+
+ARGS = ["--spec", "{}", "--data-dir", "d", "--run-dir", "r"]
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    """`--key value` pairs of an argv (flags without a value map to '')."""
+    out, i = {}, 0
+    while i < len(argv):
+        if argv[i].startswith("--"):
+            has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            out[argv[i]] = argv[i + 1] if has_value else ""
+            i += 2 if has_value else 1
+        else:
+            i += 1
+    return out
+
+
+def test_single_and_dp_run_the_worker_directly():
+    for spec in (make_spec(launcher="single"), make_spec(launcher="dp", nproc_per_node=2)):
+        (cmd,) = build_commands(spec, ARGS, device="cuda", port=1234, threads=8)
+        assert cmd.argv == [sys.executable, str(WORKER), *ARGS]
+        assert cmd.env["OMP_NUM_THREADS"] == "8"
+
+
+def test_torchrun_one_agent_per_emulated_node():
+    spec = make_spec(launcher="torchrun", nodes=2, nproc_per_node=2, device="cpu")
+    cmds = build_commands(spec, ARGS, device="cpu", port=29555, threads=4)
+    assert len(cmds) == 2
+    for node, cmd in enumerate(cmds):
+        assert cmd.argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+        f = flags(cmd.argv)
+        assert f["--nnodes"] == "2" and f["--nproc_per_node"] == "2"
+        assert f["--rdzv_backend"] == "c10d" and f["--rdzv_endpoint"] == "127.0.0.1:29555"
+        assert f["--rdzv_conf"] == f"is_host={'true' if node == 0 else 'false'}"
+        assert cmd.argv[-len(ARGS) - 1 :] == [str(WORKER), *ARGS]
+        assert cmd.env["OMP_NUM_THREADS"] == "1"  # 4 threads shared by 4 processes
+    assert flags(cmds[0].argv)["--rdzv_id"] == flags(cmds[1].argv)["--rdzv_id"]
+
+
+def test_accelerate_on_cpu_uses_multi_gpu_with_use_cpu():
+    spec = make_spec(launcher="accelerate", nproc_per_node=2, device="cpu", precision="bf16")
+    (cmd,) = build_commands(spec, ARGS, device="cpu", port=29600, threads=2)
+    f = flags(cmd.argv)
+    assert cmd.argv[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert "--multi_gpu" in f and "--cpu" not in f
+    assert f["--num_processes"] == "2" and f["--num_machines"] == "1"
+    assert f["--mixed_precision"] == "bf16"
+    assert cmd.env["ACCELERATE_USE_CPU"] == "1"
+
+
+def test_accelerate_grid_counts_total_processes_and_machine_ranks():
+    spec = make_spec(launcher="accelerate", nodes=2, nproc_per_node=2, device="cuda")
+    cmds = build_commands(spec, ARGS, device="cuda", port=29700, threads=16)
+    assert [flags(c.argv)["--machine_rank"] for c in cmds] == ["0", "1"]
+    for cmd in cmds:
+        f = flags(cmd.argv)
+        assert f["--num_processes"] == "4"  # the TOTAL, not per machine
+        assert f["--num_machines"] == "2" and f["--main_process_port"] == "29700"
+        assert f["--mixed_precision"] == "no"
+        assert "ACCELERATE_USE_CPU" not in cmd.env
+
+
+def test_accelerate_single_process_on_cpu():
+    spec = make_spec(launcher="accelerate", device="cpu")
+    (cmd,) = build_commands(spec, ARGS, device="cpu", port=1, threads=2)
+    f = flags(cmd.argv)
+    assert "--cpu" in f and "--multi_gpu" not in f and f["--num_processes"] == "1"

@@ -1,0 +1,520 @@
+"""One training loop for every run: single process, DataParallel, DDP under torchrun, accelerate.
+
+Reads top-down: `train(spec)` sets up the process group (or reads what the launcher set up),
+builds data, model and optimizer, runs the epochs and returns the run's result. Launcher
+differences are confined to `Distributed` and `Trainer`'s three small hooks (wrap, backward,
+no-sync); everything else is the same code for every run, so studies compare like with like.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import resource
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
+from tqdm import tqdm
+
+from . import data as datasets
+from .models import build_model
+from .spec import RunSpec
+
+COLLECTIVE_TIMEOUT = timedelta(minutes=5)
+AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+class WorldSizeMismatch(RuntimeError):
+    """The launcher started a different number of processes than the spec asks for."""
+
+
+# --------------------------------------------------------------------------- processes
+@dataclass
+class Distributed:
+    """Who this process is. Filled from what torchrun / accelerate put in the environment."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int
+    device: torch.device
+    accelerator: Any = None  # accelerate.Accelerator for accelerate runs
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.is_distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def gather(self, obj: Any) -> list[Any]:
+        if not self.is_distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def close(self) -> None:
+        if self.is_distributed and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def start_processes(spec: RunSpec) -> Distributed:
+    """Join the process group the launcher prepared, and check it is the one the spec asked for."""
+    node_rank = int(os.environ.get("GROUP_RANK", 0))
+    if spec.launcher == "accelerate":
+        from accelerate import Accelerator
+
+        # Mixed precision and CPU mode come from `accelerate launch` flags (environment).
+        acc = Accelerator(kwargs_handlers=[_accelerate_timeout()])
+        env = Distributed(
+            acc.process_index, acc.local_process_index, acc.num_processes, node_rank, acc.device, acc
+        )
+    elif spec.launcher == "torchrun":
+        if "RANK" not in os.environ:
+            raise RuntimeError("launcher 'torchrun' but RANK is unset: start train.py via torchrun")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = _device(spec, local_rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend=spec.backend, timeout=COLLECTIVE_TIMEOUT)
+        env = Distributed(dist.get_rank(), local_rank, dist.get_world_size(), node_rank, device)
+    else:
+        env = Distributed(0, 0, 1, 0, _device(spec, 0))
+    if env.world_size != spec.processes:
+        # Cheap to check, expensive to miss: `accelerate launch --multi_gpu` on a CPU host
+        # silently starts independent single-process trainings.
+        raise WorldSizeMismatch(
+            f"run {spec.run_id} asks for {spec.processes} process(es) "
+            f"({spec.nodes} node(s) × {spec.nproc_per_node}) but the launcher started a world "
+            f"of {env.world_size} (rank {env.rank})"
+        )
+    return env
+
+
+def _accelerate_timeout():
+    from accelerate.utils import InitProcessGroupKwargs
+
+    return InitProcessGroupKwargs(timeout=COLLECTIVE_TIMEOUT)
+
+
+def _device(spec: RunSpec, local_rank: int) -> torch.device:
+    use_cuda = spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise RuntimeError(f"run {spec.run_id} asks for device 'cuda' but CUDA is not available")
+    return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+
+
+# --------------------------------------------------------------------------- data
+class ImageDataset(Dataset):
+    """uint8 NCHW images, converted and augmented one sample at a time, as the course does."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, transform) -> None:
+        self.images = torch.from_numpy(images)
+        self.labels = torch.from_numpy(labels)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return self.transform(self.images[i]), self.labels[i]
+
+
+def _image_transform(spec: RunSpec, manifest: dict, train: bool):
+    from torchvision.transforms import v2
+
+    channels, size = manifest["input_shape"][0], manifest["input_shape"][1]
+    steps: list[Any] = [v2.ToDtype(torch.float32, scale=True)]
+    aug = spec.augment
+    if train:
+        if aug.random_crop:
+            steps.append(v2.RandomCrop(size, padding=4))
+        if aug.horizontal_flip:
+            steps.append(v2.RandomHorizontalFlip())
+        if aug.color_jitter:
+            saturation = aug.color_jitter if channels == 3 else 0.0  # grey images have none
+            steps.append(v2.ColorJitter(aug.color_jitter, aug.color_jitter, saturation))
+        if aug.rotation_degrees:
+            steps.append(v2.RandomRotation(aug.rotation_degrees))
+    steps.append(v2.Normalize(manifest["mean"], manifest["std"]))
+    return v2.Compose(steps)
+
+
+def _has_augmentation(spec: RunSpec) -> bool:
+    a = spec.augment
+    return a.random_crop or a.horizontal_flip or bool(a.color_jitter) or bool(a.rotation_degrees)
+
+
+def make_datasets(spec: RunSpec, data_dir: Path) -> tuple[Dataset, Dataset, dict]:
+    ds = datasets.load(data_dir, spec.dataset)
+    x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
+    if spec.train_samples:
+        x_train, y_train = x_train[: spec.train_samples], y_train[: spec.train_samples]
+    if spec.test_samples:
+        x_test, y_test = x_test[: spec.test_samples], y_test[: spec.test_samples]
+    if x_train.ndim == 2:  # feature vectors: already float32, nothing to transform
+        train = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
+        test = TensorDataset(torch.from_numpy(x_test), torch.from_numpy(y_test))
+        return train, test, ds.manifest
+    test_tf = _image_transform(spec, ds.manifest, train=False)
+    # Without augmentation every epoch sees the same tensors: convert once, not per sample.
+    test = TensorDataset(test_tf(torch.from_numpy(x_test)), torch.from_numpy(y_test))
+    if _has_augmentation(spec):
+        train = ImageDataset(x_train, y_train, _image_transform(spec, ds.manifest, train=True))
+    else:
+        train = TensorDataset(test_tf(torch.from_numpy(x_train)), torch.from_numpy(y_train))
+    return train, test, ds.manifest
+
+
+def make_loaders(spec: RunSpec, env: Distributed, train: Dataset, test: Dataset):
+    # Every launcher shards through DistributedSampler, a single process with 1 replica: the
+    # shuffled order is then the same, and 2 ranks × batch B/2 see exactly 1 rank × batch B.
+    sampler = DistributedSampler(
+        train, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=spec.seed
+    )
+    # DataParallel splits one batch over its GPUs: batch_size is per GPU, as for DDP.
+    per_step = spec.batch_size * (spec.nproc_per_node if spec.launcher == "dp" else 1)
+    common = dict(
+        num_workers=spec.num_workers,
+        pin_memory=env.device.type == "cuda",
+        persistent_workers=spec.num_workers > 0,
+    )
+    train_loader = DataLoader(train, batch_size=per_step, sampler=sampler, **common)
+    # Test shards without DistributedSampler's padding, so the reduced metrics cover every
+    # test sample exactly once.
+    shard = Subset(test, range(env.rank, len(test), env.world_size))
+    test_loader = DataLoader(shard, batch_size=max(per_step, 256), shuffle=False, **common)
+    return train_loader, sampler, test_loader
+
+
+# --------------------------------------------------------------------------- model & optimizer
+def make_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
+    o = spec.optimizer
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    if o.name == "adam":
+        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+    if o.name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=o.lr, weight_decay=o.weight_decay)
+    raise ValueError(f"unknown optimizer {o.name!r}")
+
+
+def make_scheduler(spec: RunSpec, optimizer, steps_per_epoch: int):
+    if spec.scheduler.name == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=spec.scheduler.max_lr, total_steps=spec.epochs * steps_per_epoch
+        )
+    return None
+
+
+class PrecisionProbe:
+    """Records the dtype the first conv/linear layer really outputs during training: the
+    *effective* precision, which differs from the requested one when autocast does nothing
+    (accelerate's fp16 on a CPU, for instance)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.seen: set[str] = set()
+        layer = next(m for m in model.modules() if isinstance(m, nn.Conv2d | nn.Linear))
+        self.handle = layer.register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output) -> None:
+        if module.training:
+            self.seen.add(DTYPE_NAMES.get(output.dtype, str(output.dtype)))
+
+    @property
+    def effective(self) -> str:
+        return "+".join(sorted(self.seen)) or "unknown"
+
+
+# --------------------------------------------------------------------------- training
+class Trainer:
+    """The epoch loop. The three launcher-specific hooks are `_wrap`, `_backward`, `_no_sync`."""
+
+    def __init__(self, spec: RunSpec, env: Distributed, data_dir: Path) -> None:
+        self.spec, self.env = spec, env
+        train_set, test_set, self.manifest = make_datasets(spec, data_dir)
+        self.train_loader, self.sampler, self.test_loader = make_loaders(
+            spec, env, train_set, test_set
+        )
+        self.n_train, self.n_test = len(train_set), len(test_set)
+
+        torch.manual_seed(spec.seed)  # identical initial weights on every rank
+        self.model = build_model(
+            spec.model, self.manifest["input_shape"], self.manifest["num_classes"]
+        ).to(env.device)
+        self.probe = PrecisionProbe(self.model)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing)
+        self.optimizer = make_optimizer(spec, self.model.parameters())
+        steps_per_epoch = math.ceil(len(self.train_loader) / spec.grad_accum_steps)
+        self.scheduler = make_scheduler(spec, self.optimizer, steps_per_epoch)
+        self.autocast_dtype = None if spec.launcher == "accelerate" else AUTOCAST_DTYPES.get(
+            spec.precision
+        )
+        self.scaler = torch.amp.GradScaler(
+            env.device.type, enabled=spec.precision == "fp16" and spec.launcher != "accelerate"
+        )
+        self.wrapped = self._wrap()
+
+    # -- launcher hooks
+    def _wrap(self) -> nn.Module:
+        spec, env = self.spec, self.env
+        if spec.precision == "fp8" and spec.launcher != "accelerate":
+            from torchao.float8 import convert_to_float8_training
+
+            convert_to_float8_training(self.model)
+        if spec.launcher == "dp":
+            return nn.DataParallel(self.model, device_ids=list(range(spec.nproc_per_node)))
+        if spec.launcher == "torchrun":
+            ids = [env.device.index] if env.device.type == "cuda" else None
+            return nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        if spec.launcher == "accelerate":
+            # Data sharding stays ours (the same for every launcher); accelerate prepares the
+            # model (DDP, mixed precision) and the optimizer (its loss scaler).
+            acc = env.accelerator
+            if self.scheduler is None:
+                model, self.optimizer = acc.prepare(self.model, self.optimizer)
+            else:
+                model, self.optimizer, self.scheduler = acc.prepare(
+                    self.model, self.optimizer, self.scheduler
+                )
+            return model
+        return self.model
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.env.accelerator is not None:
+            self.env.accelerator.backward(loss)  # applies accelerate's own loss scaling
+        else:
+            self.scaler.scale(loss).backward()
+
+    def _no_sync(self, skip_sync: bool):
+        """Skip DDP's gradient all-reduce on the micro-steps before an optimizer step."""
+        if not skip_sync:
+            return contextlib.nullcontext()
+        if self.env.accelerator is not None:
+            return self.env.accelerator.no_sync(self.wrapped)
+        if isinstance(self.wrapped, nn.parallel.DistributedDataParallel):
+            return self.wrapped.no_sync()
+        return contextlib.nullcontext()
+
+    def _optimizer_step(self) -> None:
+        if self.env.accelerator is not None:
+            self.optimizer.step()  # accelerate's optimizer unscales and skips inf steps itself
+        else:
+            self.scaler.step(self.optimizer)  # a plain step when the scaler is disabled
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def _autocast(self):
+        return torch.autocast(
+            self.env.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+        )
+
+    # -- epochs
+    def train_epoch(self, epoch: int) -> tuple[float, float]:
+        self.wrapped.train()
+        self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        k, n = self.spec.grad_accum_steps, len(self.train_loader)
+        tail_start = n - n % k  # the last group may hold fewer than k micro-batches
+        sums = torch.zeros(3, device=self.env.device, dtype=torch.float64)
+        for step, (x, y) in enumerate(self._progress(self.train_loader, epoch)):
+            x = x.to(self.env.device, non_blocking=True)
+            y = y.to(self.env.device, non_blocking=True)
+            last_micro = (step + 1) % k == 0 or step + 1 == n
+            with self._no_sync(skip_sync=not last_micro):
+                with self._autocast():
+                    logits = self.wrapped(x)
+                    loss = self.criterion(logits, y)
+                self._backward(loss / (k if step < tail_start else n - tail_start))
+            if last_micro:
+                self._optimizer_step()
+            # Sums stay on the device: no host sync inside the epoch.
+            sums[0] += loss.detach().double() * len(y)
+            sums[1] += (logits.argmax(1) == y).sum()
+            sums[2] += len(y)
+        loss_sum, correct, count = self.env.all_reduce_sum(sums).tolist()
+        return loss_sum / count, correct / count
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        self.wrapped.eval()
+        plain = nn.CrossEntropyLoss(reduction="sum")  # test loss without label smoothing
+        sums = torch.zeros(3, device=self.env.device, dtype=torch.float64)
+        for x, y in self.test_loader:
+            x = x.to(self.env.device, non_blocking=True)
+            y = y.to(self.env.device, non_blocking=True)
+            with self._autocast():
+                logits = self.wrapped(x)
+            sums[0] += plain(logits.float(), y).double()
+            sums[1] += (logits.argmax(1) == y).sum()
+            sums[2] += len(y)
+        loss_sum, correct, count = self.env.all_reduce_sum(sums).tolist()
+        if int(count) != self.n_test:
+            raise RuntimeError(f"evaluated {int(count)} test samples, expected {self.n_test}")
+        return loss_sum / count, correct / count
+
+    def _progress(self, loader, epoch: int) -> Iterator:
+        if not self.env.is_main:
+            return iter(loader)
+        return tqdm(
+            loader,
+            desc=f"epoch {epoch + 1}/{self.spec.epochs}",
+            file=sys.stderr,
+            mininterval=5.0,
+            ascii=True,
+            leave=False,
+        )
+
+    def _sync(self) -> None:
+        if self.env.device.type == "cuda":
+            torch.cuda.synchronize(self.env.device)
+
+    def fit(self) -> dict[str, Any]:
+        spec = self.spec
+        history: list[dict[str, Any]] = []
+        status, reason, stopped_early = "ok", None, None
+        best_test_loss, epochs_since_best = math.inf, 0
+        for epoch in range(spec.epochs):
+            self._sync()
+            t0 = time.perf_counter()
+            train_loss, train_acc = self.train_epoch(epoch)
+            self._sync()
+            t1 = time.perf_counter()
+            test_loss, test_acc = self.evaluate()
+            self._sync()
+            t2 = time.perf_counter()
+            history.append(
+                {
+                    "epoch": epoch + 1,
+                    "train_loss": train_loss,
+                    "train_accuracy": train_acc,
+                    "test_loss": test_loss,
+                    "test_accuracy": test_acc,
+                    "train_time_s": t1 - t0,
+                    "eval_time_s": t2 - t1,
+                    "lr": self.optimizer.param_groups[0]["lr"],
+                }
+            )
+            if self.env.is_main:
+                print(
+                    f"epoch {epoch + 1}/{spec.epochs}  train loss {train_loss:.4f} "
+                    f"acc {train_acc:.4f}  test loss {test_loss:.4f} acc {test_acc:.4f}  "
+                    f"{t1 - t0:.2f} s",
+                    flush=True,
+                )
+            if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
+                status = "diverged"
+                reason = f"non-finite loss at epoch {epoch + 1} (train {train_loss}, test {test_loss})"
+                break
+            if test_loss < best_test_loss:
+                best_test_loss, epochs_since_best = test_loss, 0
+            else:
+                epochs_since_best += 1
+            if spec.early_stopping_patience and epochs_since_best >= spec.early_stopping_patience:
+                stopped_early = epoch + 1
+                break
+        return {"status": status, "reason": reason, "history": history, "stopped_early_epoch": stopped_early}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+
+def _rank_facts(env: Distributed, spec: RunSpec) -> dict[str, Any]:
+    gpus = []
+    if env.device.type == "cuda":
+        indices = range(spec.nproc_per_node) if spec.launcher == "dp" else [env.device.index]
+        for i in indices:
+            gpus.append(
+                {
+                    "index": i,
+                    "name": torch.cuda.get_device_name(i),
+                    "peak_gpu_mem_allocated_bytes": torch.cuda.max_memory_allocated(i),
+                    "peak_gpu_mem_reserved_bytes": torch.cuda.max_memory_reserved(i),
+                }
+            )
+    return {
+        "rank": env.rank,
+        "local_rank": env.local_rank,
+        "node_rank": env.node_rank,
+        "hostname": socket.gethostname(),
+        "slurm_node": os.environ.get("SLURMD_NODENAME"),
+        "device": str(env.device),
+        "gpus": gpus,
+        # ru_maxrss is in KiB on Linux; DataLoader workers are separate processes, not counted.
+        "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def train(spec: RunSpec, data_dir: Path, checkpoint_path: Path) -> dict[str, Any] | None:
+    """Run one training; rank 0 returns the result (other ranks None)."""
+    wall_start = time.perf_counter()
+    env = start_processes(spec)
+    torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
+    if env.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(env.device)
+    trainer = Trainer(spec, env, data_dir)
+    outcome = trainer.fit()
+    ranks = env.gather(_rank_facts(env, spec))
+    effective = env.gather(trainer.probe.effective)
+    result = None
+    if env.is_main:
+        history = outcome["history"]
+        train_time = sum(h["train_time_s"] for h in history)
+        last = history[-1] if history else {}
+        torch.save(
+            {"model": trainer.state_dict(), "spec": spec.to_dict(), "epochs": len(history)},
+            checkpoint_path,
+        )
+        result = {
+            "status": outcome["status"],
+            "reason": outcome["reason"],
+            "history": history,
+            "final": {
+                "train_loss": last.get("train_loss"),
+                "train_accuracy": last.get("train_accuracy"),
+                "test_loss": last.get("test_loss"),
+                "test_accuracy": last.get("test_accuracy"),
+                "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
+                "epochs_completed": len(history),
+                "stopped_early_epoch": outcome["stopped_early_epoch"],
+            },
+            "timing": {
+                "train_time_s": train_time,
+                "eval_time_s": sum(h["eval_time_s"] for h in history),
+                "wall_time_s": time.perf_counter() - wall_start,
+                "samples_per_s": trainer.n_train * len(history) / train_time if train_time else None,
+            },
+            "effective_precision": "/".join(sorted(set(effective))),
+            "data": {
+                k: trainer.manifest.get(k) for k in ("name", "synthetic", "source", "input_shape")
+            }
+            | {"n_train": trainer.n_train, "n_test": trainer.n_test},
+            "world_size": env.world_size,
+            "ranks": ranks,
+        }
+    env.close()
+    return result

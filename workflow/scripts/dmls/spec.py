@@ -1,0 +1,192 @@
+"""The run specification: everything one training run needs, resolved from config.
+
+Config is the experiment. `config["defaults"]` holds a complete run spec (the JSON schema fills
+every key), each study may override it in `base`, and each run overrides the study. The merged
+dict is validated against the schema's run definition, then turned into a frozen `RunSpec`.
+Defaults live in the schema only: the dataclasses below have none, so a spec that reaches the
+engine is always complete and there is one place to change a default.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "config" / "schemas" / "config.schema.yaml"
+
+
+class SpecError(ValueError):
+    """A config or run spec that can't be run; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    conv_channels: tuple[int, ...]
+    fc_hidden: int
+    hidden: int
+    dropout: float
+    batch_norm: bool
+    activation: str
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    name: str
+    lr: float
+    momentum: float
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    name: str
+    max_lr: float
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    random_crop: bool
+    horizontal_flip: bool
+    color_jitter: float
+    rotation_degrees: float
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    study: str
+    run: str
+    dataset: str
+    model: ModelSpec
+    launcher: str
+    device: str
+    nodes: int
+    nproc_per_node: int
+    backend: str
+    precision: str
+    optimizer: OptimizerSpec
+    scheduler: SchedulerSpec
+    batch_size: int
+    grad_accum_steps: int
+    augment: AugmentSpec
+    label_smoothing: float
+    early_stopping_patience: int
+    epochs: int
+    seed: int
+    train_samples: int
+    test_samples: int
+    num_workers: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.study}/{self.run}"
+
+    @property
+    def processes(self) -> int:
+        """Training processes started: one per replica under torchrun/accelerate, else one."""
+        return self.replicas if self.launcher in ("torchrun", "accelerate") else 1
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel model replicas: the world size (DataParallel: GPUs of its one process)."""
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step, over all replicas and accumulation micro-steps."""
+        return self.batch_size * self.replicas * self.grad_accum_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        spec = _build(cls, data, where=f"{data.get('study', '?')}/{data.get('run', '?')}")
+        spec.check()
+        return spec
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        return cls.from_dict(json.loads(text))
+
+    def check(self) -> None:
+        """Constraints between keys, which the JSON schema can't express clearly."""
+        where = f"studies.{self.study}.runs.{self.run}"
+        if self.launcher == "single" and self.replicas != 1:
+            raise SpecError(
+                f"{where}: launcher 'single' runs one process on one device, but nodes × "
+                f"nproc_per_node = {self.nodes} × {self.nproc_per_node}; use 'dp', 'torchrun' "
+                "or 'accelerate' for several"
+            )
+        if self.launcher == "dp" and self.nodes != 1:
+            raise SpecError(f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1")
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping, got {data!r}")
+    names = {f.name for f in fields(cls)}
+    unknown, missing = sorted(set(data) - names), sorted(names - set(data))
+    if unknown or missing:
+        raise SpecError(f"{where}: unknown keys {unknown}, missing keys {missing}")
+    hints = get_type_hints(cls)
+    kwargs = {}
+    for name in names:
+        value, hint = data[name], hints[name]
+        if is_dataclass(hint):
+            value = _build(hint, value, f"{where}.{name}")
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def deep_merge(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Merge mappings left to right; nested mappings merge, everything else is replaced."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = deep_merge(merged[key], value)
+            else:
+                merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def run_validator(schema: dict[str, Any]):
+    """A validator for one resolved run spec: the schema's `run` definition and its `$defs`."""
+    import jsonschema
+
+    run_schema = dict(schema["$defs"]["run"], **{"$defs": schema["$defs"]})
+    return jsonschema.Draft202012Validator(run_schema)
+
+
+def resolve_runs(config: dict[str, Any], schema: dict[str, Any] | None = None) -> dict[str, RunSpec]:
+    """Expand the studies of a (schema-validated) config into run specs keyed '<study>/<run>'."""
+    validator = run_validator(schema or load_schema())
+    runs: dict[str, RunSpec] = {}
+    for study, definition in config["studies"].items():
+        for run, overrides in (definition.get("runs") or {}).items():
+            merged = deep_merge(config["defaults"], definition.get("base") or {}, overrides or {})
+            errors = sorted(validator.iter_errors(merged), key=lambda e: list(e.absolute_path))
+            if errors:
+                lines = [
+                    f"studies.{study}.runs.{run}.{'.'.join(map(str, e.absolute_path))}: {e.message}"
+                    for e in errors
+                ]
+                raise SpecError("invalid run spec:\n  " + "\n  ".join(lines))
+            runs[f"{study}/{run}"] = RunSpec.from_dict({"study": study, "run": run, **merged})
+    return runs

@@ -1,0 +1,8 @@
+"""Entry point of the `train` rule (Snakemake `script:`): supervise one run.
+
+Snakemake puts this folder on sys.path and defines `snakemake` before running the file.
+"""
+
+from dmls.supervise import main_from_snakemake
+
+main_from_snakemake(snakemake)  # noqa: F821
