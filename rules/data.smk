@@ -2,15 +2,16 @@ rule prepare_data:
     """Fetch or generate one dataset into results/data/<name>.npz + .json (its manifest).
 
     The manifest is always written; when the data can't be obtained it says why, and the runs
-    that need it are skipped with that reason (or the job fails under `strict: true`)."""
+    that need it are skipped with that reason (or the job fails under `strict: true`).
+    """
     output:
         manifest=f"{RESULTS}/data/{{dataset}}.json",
-    params:
-        # A changed data config re-runs the preparation.
-        cfg=lambda wildcards: config["data"][wildcards.dataset],
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
     conda:
         "../envs/pipeline.yaml"
+    params:
+        # A changed data config re-runs the preparation.
+        cfg=lambda wildcards: config["data"][wildcards.dataset],
     script:
         "../workflow/scripts/prepare_data.py"

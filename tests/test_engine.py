@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from conftest import make_spec
 
+from conftest import make_spec
 from dmls import launch, supervise
 
 B_MODEL = {"name": "mlp", "hidden": 16, "batch_norm": False}  # no BN: DDP ≡ one big batch
@@ -69,7 +69,9 @@ def test_effective_precision_is_measured_not_assumed(tmp_path, tabular_dir):
     bf16, _ = run(tmp_path, tabular_dir, "bf16", precision="bf16", epochs=1)
     assert bf16["effective_precision"] == "bf16"
     # accelerate's fp16 on a CPU is a silent no-op: the probe sees fp32.
-    acc, _ = run(tmp_path, tabular_dir, "acc_fp16", launcher="accelerate", precision="fp16", epochs=1)
+    acc, _ = run(
+        tmp_path, tabular_dir, "acc_fp16", launcher="accelerate", precision="fp16", epochs=1
+    )
     assert acc["status"] == "ok" and acc["effective_precision"] == "fp32"
 
 

@@ -3,7 +3,6 @@
 import sys
 
 from conftest import make_spec
-
 from dmls.launch import WORKER, build_commands
 
 ARGS = ["--spec", "{}", "--data-dir", "d", "--run-dir", "r"]

@@ -1,6 +1,6 @@
 import torch
-from conftest import make_spec
 
+from conftest import make_spec
 from dmls.models import LeNet5, build_model
 
 
@@ -24,7 +24,10 @@ def test_cnn_depth_and_distinct_layers():
     assert len(convs) == 10
     assert len({id(c.weight) for c in convs}) == 10  # ten layers, ten sets of weights
     assert net(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
-    assert build_model(make_spec().model, (3, 32, 32), 10)(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    assert build_model(make_spec().model, (3, 32, 32), 10)(torch.zeros(2, 3, 32, 32)).shape == (
+        2,
+        10,
+    )
 
 
 def test_cluster_mlp_is_the_course_model():

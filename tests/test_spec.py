@@ -4,15 +4,9 @@ import copy
 
 import pytest
 import yaml
-from conftest import ROOT, validated
 
+from conftest import EXPECTED_RUNS, ROOT, validated
 from dmls.spec import SpecError, load_schema, resolve_runs
-
-EXPECTED_RUNS = {
-    "parallelism": 3, "precision": 4, "regularization": 8, "backend": 4, "batch_size": 4,
-    "grad_accumulation": 4, "optimizer": 4, "cluster_torchrun": 4, "cluster_accelerate": 4,
-    "cluster_precision": 8,
-}  # fmt: skip
 
 
 def default_config() -> dict:
@@ -53,28 +47,40 @@ def test_layers_merge_defaults_then_study_then_run():
     assert bare.optimizer.weight_decay == 0.0 and not bare.augment.random_crop
     assert runs["regularization/dropout"].model.dropout == 0.3
     b = runs["cluster_accelerate/n2xp2"]
-    assert (b.dataset, b.model.name, b.device, b.backend, b.processes) == ("tabular", "mlp", "cpu", "gloo", 4)
+    assert (b.dataset, b.model.name, b.device, b.backend, b.processes) == (
+        "tabular",
+        "mlp",
+        "cpu",
+        "gloo",
+        4,
+    )
     assert runs["grad_accumulation/accum4"].global_batch_size == 32 * 2 * 4
 
 
 def test_cpu_preset_and_test_config_merge_over_the_default():
     from snakemake.utils import update_config
 
-    for overlay in ("config/cpu.yaml", ".test/config.yaml"):
+    for overlay in ("config/cpu.yaml", "config/fashion_mnist.yaml", ".test/config.yaml"):
         config = copy.deepcopy(default_config())
         with open(ROOT / overlay) as f:
             update_config(config, yaml.safe_load(f))
         runs = resolve_runs(validated(config))
         assert len(runs) == sum(EXPECTED_RUNS.values())
-        assert runs["optimizer/sgd"].device == "cpu"
+        assert runs["optimizer/sgd"].device == ("cuda" if "fashion" in overlay else "cpu")
         assert runs["backend/nccl_b32"].backend == "nccl"  # stays, to be reported as skipped
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"optimizer": {"name": "adamx"}}, "studies.optimizer.runs.bad.optimizer.name: 'adamx' is not one of"),
-        ({"batch_size": 0}, "studies.optimizer.runs.bad.batch_size: 0 is less than the minimum of 1"),
+        (
+            {"optimizer": {"name": "adamx"}},
+            "studies.optimizer.runs.bad.optimizer.name: 'adamx' is not one of",
+        ),
+        (
+            {"batch_size": 0},
+            "studies.optimizer.runs.bad.batch_size: 0 is less than the minimum of 1",
+        ),
         ({"epochs": "ten"}, "studies.optimizer.runs.bad.epochs: 'ten' is not of type 'integer'"),
         ({"optimiser": {}}, "Additional properties are not allowed ('optimiser' was unexpected)"),
         ({"launcher": "single", "nproc_per_node": 2}, "launcher 'single' runs one process"),

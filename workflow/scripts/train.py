@@ -1,19 +1,16 @@
 """Worker entry point: one training process, started by a launcher (see dmls/launch.py).
 
-    python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
+python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
 """
 
 import argparse
 import os
-import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from dmls import engine  # noqa: E402
-from dmls.io import write_json  # noqa: E402
-from dmls.spec import RunSpec  # noqa: E402
+from dmls import engine
+from dmls.io import write_json
+from dmls.spec import RunSpec
 
 
 def main() -> None:
@@ -33,8 +30,11 @@ def main() -> None:
         # traceback goes to the log.
         write_json(
             args.run_dir / f"error-rank{rank}.json",
-            {"rank": int(rank), "error": f"{type(exc).__name__}: {exc}",
-             "traceback": traceback.format_exc()},
+            {
+                "rank": int(rank),
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            },
         )
         raise
 

@@ -88,7 +88,12 @@ def start_processes(spec: RunSpec) -> Distributed:
         # Mixed precision and CPU mode come from `accelerate launch` flags (environment).
         acc = Accelerator(kwargs_handlers=[_accelerate_timeout()])
         env = Distributed(
-            acc.process_index, acc.local_process_index, acc.num_processes, node_rank, acc.device, acc
+            acc.process_index,
+            acc.local_process_index,
+            acc.num_processes,
+            node_rank,
+            acc.device,
+            acc,
         )
     elif spec.launcher == "torchrun":
         if "RANK" not in os.environ:
@@ -100,7 +105,10 @@ def start_processes(spec: RunSpec) -> Distributed:
         dist.init_process_group(backend=spec.backend, timeout=COLLECTIVE_TIMEOUT)
         env = Distributed(dist.get_rank(), local_rank, dist.get_world_size(), node_rank, device)
     else:
-        env = Distributed(0, 0, 1, 0, _device(spec, 0))
+        device = _device(spec, 0)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        env = Distributed(0, 0, 1, 0, device)
     if env.world_size != spec.processes:
         # Cheap to check, expensive to miss: `accelerate launch --multi_gpu` on a CPU host
         # silently starts independent single-process trainings.
@@ -126,28 +134,32 @@ def _device(spec: RunSpec, local_rank: int) -> torch.device:
 
 
 # --------------------------------------------------------------------------- data
-class ImageDataset(Dataset):
-    """uint8 NCHW images, converted and augmented one sample at a time, as the course does."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray, transform) -> None:
-        self.images = torch.from_numpy(images)
-        self.labels = torch.from_numpy(labels)
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int):
-        return self.transform(self.images[i]), self.labels[i]
+def _channel_stats(manifest: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training set's per-channel mean and std, shaped to broadcast over (C, H, W)."""
+    return (
+        torch.tensor(manifest["mean"]).view(-1, 1, 1),
+        torch.tensor(manifest["std"]).view(-1, 1, 1),
+    )
 
 
-def _image_transform(spec: RunSpec, manifest: dict, train: bool):
-    from torchvision.transforms import v2
+def _normalize(images: torch.Tensor, manifest: dict) -> torch.Tensor:
+    """uint8 (…, C, H, W) → float, scaled to [0, 1] and standardised per channel."""
+    mean, std = _channel_stats(manifest)
+    return (images.float() / 255 - mean) / std
 
-    channels, size = manifest["input_shape"][0], manifest["input_shape"][1]
-    steps: list[Any] = [v2.ToDtype(torch.float32, scale=True)]
-    aug = spec.augment
-    if train:
+
+class AugmentedImages(Dataset):
+    """uint8 NCHW images augmented one sample at a time (torchvision), as the course does,
+    then standardised like the test set."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, spec: RunSpec, manifest: dict):
+        from torchvision.transforms import v2  # imported only here: it costs seconds per process
+
+        self.images, self.labels = torch.from_numpy(images), torch.from_numpy(labels)
+        self.mean, self.std = _channel_stats(manifest)
+        channels, size = manifest["input_shape"][0], manifest["input_shape"][1]
+        aug = spec.augment
+        steps: list[Any] = [v2.ToDtype(torch.float32, scale=True)]
         if aug.random_crop:
             steps.append(v2.RandomCrop(size, padding=4))
         if aug.horizontal_flip:
@@ -157,8 +169,13 @@ def _image_transform(spec: RunSpec, manifest: dict, train: bool):
             steps.append(v2.ColorJitter(aug.color_jitter, aug.color_jitter, saturation))
         if aug.rotation_degrees:
             steps.append(v2.RandomRotation(aug.rotation_degrees))
-    steps.append(v2.Normalize(manifest["mean"], manifest["std"]))
-    return v2.Compose(steps)
+        self.augment = v2.Compose(steps)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return (self.augment(self.images[i]) - self.mean) / self.std, self.labels[i]
 
 
 def _has_augmentation(spec: RunSpec) -> bool:
@@ -177,13 +194,16 @@ def make_datasets(spec: RunSpec, data_dir: Path) -> tuple[Dataset, Dataset, dict
         train = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
         test = TensorDataset(torch.from_numpy(x_test), torch.from_numpy(y_test))
         return train, test, ds.manifest
-    test_tf = _image_transform(spec, ds.manifest, train=False)
     # Without augmentation every epoch sees the same tensors: convert once, not per sample.
-    test = TensorDataset(test_tf(torch.from_numpy(x_test)), torch.from_numpy(y_test))
+    test = TensorDataset(
+        _normalize(torch.from_numpy(x_test), ds.manifest), torch.from_numpy(y_test)
+    )
     if _has_augmentation(spec):
-        train = ImageDataset(x_train, y_train, _image_transform(spec, ds.manifest, train=True))
+        train = AugmentedImages(x_train, y_train, spec, ds.manifest)
     else:
-        train = TensorDataset(test_tf(torch.from_numpy(x_train)), torch.from_numpy(y_train))
+        train = TensorDataset(
+            _normalize(torch.from_numpy(x_train), ds.manifest), torch.from_numpy(y_train)
+        )
     return train, test, ds.manifest
 
 
@@ -270,8 +290,8 @@ class Trainer:
         self.optimizer = make_optimizer(spec, self.model.parameters())
         steps_per_epoch = math.ceil(len(self.train_loader) / spec.grad_accum_steps)
         self.scheduler = make_scheduler(spec, self.optimizer, steps_per_epoch)
-        self.autocast_dtype = None if spec.launcher == "accelerate" else AUTOCAST_DTYPES.get(
-            spec.precision
+        self.autocast_dtype = (
+            None if spec.launcher == "accelerate" else AUTOCAST_DTYPES.get(spec.precision)
         )
         self.scaler = torch.amp.GradScaler(
             env.device.type, enabled=spec.precision == "fp16" and spec.launcher != "accelerate"
@@ -428,7 +448,9 @@ class Trainer:
                 )
             if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
                 status = "diverged"
-                reason = f"non-finite loss at epoch {epoch + 1} (train {train_loss}, test {test_loss})"
+                reason = (
+                    f"non-finite loss at epoch {epoch + 1} (train {train_loss}, test {test_loss})"
+                )
                 break
             if test_loss < best_test_loss:
                 best_test_loss, epochs_since_best = test_loss, 0
@@ -437,7 +459,12 @@ class Trainer:
             if spec.early_stopping_patience and epochs_since_best >= spec.early_stopping_patience:
                 stopped_early = epoch + 1
                 break
-        return {"status": status, "reason": reason, "history": history, "stopped_early_epoch": stopped_early}
+        return {
+            "status": status,
+            "reason": reason,
+            "history": history,
+            "stopped_early_epoch": stopped_early,
+        }
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
@@ -474,8 +501,6 @@ def train(spec: RunSpec, data_dir: Path, checkpoint_path: Path) -> dict[str, Any
     wall_start = time.perf_counter()
     env = start_processes(spec)
     torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
-    if env.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(env.device)
     trainer = Trainer(spec, env, data_dir)
     outcome = trainer.fit()
     ranks = env.gather(_rank_facts(env, spec))
@@ -506,7 +531,9 @@ def train(spec: RunSpec, data_dir: Path, checkpoint_path: Path) -> dict[str, Any
                 "train_time_s": train_time,
                 "eval_time_s": sum(h["eval_time_s"] for h in history),
                 "wall_time_s": time.perf_counter() - wall_start,
-                "samples_per_s": trainer.n_train * len(history) / train_time if train_time else None,
+                "samples_per_s": trainer.n_train * len(history) / train_time
+                if train_time
+                else None,
             },
             "effective_precision": "/".join(sorted(set(effective))),
             "data": {

@@ -78,7 +78,7 @@ def missing_requirement(spec: RunSpec, host: Host) -> str | None:
         )
     if spec.precision == "fp8":
         if device != "cuda":
-            return "fp8 needs a CUDA GPU with compute capability >= 8.9 (Ada, Hopper); the device is cpu"
+            return f"fp8 needs a CUDA GPU (compute capability >= 8.9); the device is {device}"
         too_old = [c for c in host.cuda_capabilities if c < FP8_MIN_CAPABILITY]
         if too_old:
             return f"fp8 needs compute capability >= 8.9; this host's GPUs have {too_old}"

@@ -127,7 +127,9 @@ class RunSpec:
                 "or 'accelerate' for several"
             )
         if self.launcher == "dp" and self.nodes != 1:
-            raise SpecError(f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1")
+            raise SpecError(
+                f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1"
+            )
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
@@ -174,7 +176,9 @@ def run_validator(schema: dict[str, Any]):
     return jsonschema.Draft202012Validator(run_schema)
 
 
-def resolve_runs(config: dict[str, Any], schema: dict[str, Any] | None = None) -> dict[str, RunSpec]:
+def resolve_runs(
+    config: dict[str, Any], schema: dict[str, Any] | None = None
+) -> dict[str, RunSpec]:
     """Expand the studies of a (schema-validated) config into run specs keyed '<study>/<run>'."""
     validator = run_validator(schema or load_schema())
     runs: dict[str, RunSpec] = {}

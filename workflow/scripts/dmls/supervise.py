@@ -46,6 +46,7 @@ def run(
     log: IO[str],
     threads: int,
     strict: bool = False,
+    exclusive: bool = True,
 ) -> dict[str, Any]:
     """Run `spec`, write `<run_dir>/metrics.json` and return its content."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -85,6 +86,8 @@ def run(
         "commands": [c.argv for c in commands],
         "env": [c.env for c in commands],
         "threads": threads,
+        # Whether Snakemake gave this run the host to itself (config `exclusive_runs`).
+        "exclusive": exclusive,
         "load_average_before": os.getloadavg(),
     }
     exit_codes, seconds = _start_and_wait(commands, log)
@@ -173,5 +176,6 @@ def main_from_snakemake(snakemake: Any) -> None:
             data_dir=Path(snakemake.input.manifest).parent,
             log=log,
             threads=snakemake.threads,
-            strict=snakemake.config.get("strict", False),
+            strict=snakemake.config["strict"],
+            exclusive=snakemake.config["exclusive_runs"],
         )

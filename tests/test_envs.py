@@ -1,0 +1,24 @@
+"""The conda env of the rules and the pip requirements pin the same versions."""
+
+import re
+
+import yaml
+
+from conftest import ROOT
+
+
+def pins(lines) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)==([^\s#]+)\s*(#.*)?", line)
+        if m:
+            out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+def test_conda_env_pins_equal_requirements():
+    requirements = pins((ROOT / "envs" / "requirements.txt").read_text().splitlines())
+    env = yaml.safe_load((ROOT / "envs" / "pipeline.yaml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert pins(pip_section) == requirements
+    assert requirements["torch"] == "2.14.1" and requirements["torchvision"] == "0.29.1"
