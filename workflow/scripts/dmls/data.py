@@ -12,17 +12,17 @@ import hashlib
 import io
 import json
 import logging
-import os
 import pickle
 import posixpath
 import tarfile
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+
+from .io import atomic_write, write_json
 
 log = logging.getLogger(__name__)
 
@@ -94,26 +94,6 @@ def _file_digest(path: Path, algo: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """Write via a temp file in the same dir + os.replace, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.fchmod(
-            fd, 0o666 & ~umask
-        )  # mkstemp makes 0600; results should be readable like any file
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _channel_stats(x: np.ndarray) -> tuple[list[float], list[float]]:
@@ -575,11 +555,6 @@ def _obtain(name: str, cfg: dict) -> tuple[Arrays, str, bool]:
     raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
 
 
-def _write_manifest(path: Path, manifest: dict) -> None:
-    blob = (json.dumps(manifest, indent=2) + "\n").encode()
-    _atomic_write(path, lambda f: f.write(blob))
-
-
 def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
     """Write <out_dir>/<name>.json (always) and <name>.npz (status ok); return the manifest.
 
@@ -610,14 +585,14 @@ def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
             "std": None,
             "sha256": None,
         }
-        _write_manifest(manifest_path, manifest)
+        write_json(manifest_path, manifest)
         return manifest
 
     is_image = x_train.ndim == 4
     mean, std = _channel_stats(x_train) if is_image else (None, None)
     arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
     # Uncompressed: training loads it every run, and image data barely compresses anyway.
-    _atomic_write(npz_path, lambda f: np.savez(f, **arrays))
+    atomic_write(npz_path, lambda f: np.savez(f, **arrays))
     manifest = {
         "name": name,
         "status": "ok",
@@ -632,7 +607,7 @@ def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
         "std": std,
         "sha256": _file_digest(npz_path, "sha256"),
     }
-    _write_manifest(manifest_path, manifest)
+    write_json(manifest_path, manifest)
     log.info("%s: %d train / %d test from %s", name, len(x_train), len(x_test), source)
     return manifest
 

@@ -406,7 +406,7 @@ class Trainer:
             file=sys.stderr,
             mininterval=5.0,
             ascii=True,
-            leave=False,
+            leave=True,  # the final 100% line stays in the log
         )
 
     def _sync(self) -> None:

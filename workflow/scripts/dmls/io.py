@@ -16,7 +16,10 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -93,7 +93,7 @@ def run(
     exit_codes, seconds = _start_and_wait(commands, log)
     record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
 
-    if any(exit_codes):
+    if any(exit_codes) or not (run_dir / "worker.json").exists():
         reason = _failure_reason(run_dir, exit_codes)
         print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
         return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
@@ -146,7 +146,9 @@ def _failure_reason(run_dir: Path, exit_codes: list[int]) -> str:
     if errors:
         first = read_json(errors[0])
         return f"rank {first['rank']} raised {first['error']}"
-    return f"launcher exited with codes {exit_codes} before any rank reported an error (see log)"
+    if any(exit_codes):
+        return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
+    return "every process exited 0 but rank 0 wrote no result (see log)"
 
 
 def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
