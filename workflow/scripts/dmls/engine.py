@@ -102,7 +102,12 @@ def start_processes(spec: RunSpec) -> Distributed:
         device = _device(spec, local_rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend=spec.backend, timeout=COLLECTIVE_TIMEOUT)
+        dist.init_process_group(
+            backend=spec.backend,
+            timeout=COLLECTIVE_TIMEOUT,
+            # NCCL binds its communicator to this GPU (and barrier() knows which one to use).
+            device_id=device if spec.backend == "nccl" else None,
+        )
         env = Distributed(dist.get_rank(), local_rank, dist.get_world_size(), node_rank, device)
     else:
         device = _device(spec, 0)
@@ -269,6 +274,26 @@ class PrecisionProbe:
         return "+".join(sorted(self.seen)) or "unknown"
 
 
+def _convert_to_float8(model: nn.Module) -> int:
+    """Swap the Linear layers that fp8 GEMMs can take for torchao's Float8Linear (dynamic
+    scaling); return how many. Convolutions stay in the autocast/fp32 precision."""
+    from torchao.float8 import convert_to_float8_training
+
+    def eligible(module: nn.Module, fqn: str) -> bool:
+        # torch._scaled_mm needs both GEMM dimensions divisible by 16.
+        return (
+            isinstance(module, nn.Linear)
+            and module.in_features % 16 == 0
+            and module.out_features % 16 == 0
+        )
+
+    converted = sum(eligible(m, "") for m in model.modules())
+    if not converted:
+        raise ValueError("fp8: no Linear layer has both dimensions divisible by 16")
+    convert_to_float8_training(model, module_filter_fn=eligible)
+    return converted
+
+
 # --------------------------------------------------------------------------- training
 class Trainer:
     """The epoch loop. The three launcher-specific hooks are `_wrap`, `_backward`, `_no_sync`."""
@@ -285,7 +310,12 @@ class Trainer:
         self.model = build_model(
             spec.model, self.manifest["input_shape"], self.manifest["num_classes"]
         ).to(env.device)
+        native_fp8 = spec.precision == "fp8" and spec.launcher != "accelerate"
+        self.fp8_linear_layers = _convert_to_float8(self.model) if native_fp8 else 0
         self.probe = PrecisionProbe(self.model)
+        if self.fp8_linear_layers:
+            # An fp8 GEMM returns the dtype of its input, so the hook can't see it: say so here.
+            self.probe.seen.add("fp8")
         self.criterion = nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing)
         self.optimizer = make_optimizer(spec, self.model.parameters())
         steps_per_epoch = math.ceil(len(self.train_loader) / spec.grad_accum_steps)
@@ -301,10 +331,6 @@ class Trainer:
     # -- launcher hooks
     def _wrap(self) -> nn.Module:
         spec, env = self.spec, self.env
-        if spec.precision == "fp8" and spec.launcher != "accelerate":
-            from torchao.float8 import convert_to_float8_training
-
-            convert_to_float8_training(self.model)
         if spec.launcher == "dp":
             return nn.DataParallel(self.model, device_ids=list(range(spec.nproc_per_node)))
         if spec.launcher == "torchrun":
@@ -536,6 +562,7 @@ def train(spec: RunSpec, data_dir: Path, checkpoint_path: Path) -> dict[str, Any
                 else None,
             },
             "effective_precision": "/".join(sorted(set(effective))),
+            "fp8_linear_layers": trainer.fp8_linear_layers,
             "data": {
                 k: trainer.manifest.get(k) for k in ("name", "synthetic", "source", "input_shape")
             }
