@@ -72,10 +72,8 @@ def missing_requirement(spec: RunSpec, host: Host) -> str | None:
         return "backend 'nccl' is not available in this torch build (use 'gloo')"
     needed = gpus_needed(spec, host)
     if needed > host.gpu_count:
-        return (
-            f"needs {needed} CUDA GPU(s) on this host, found {host.gpu_count} "
-            f"{list(host.cuda_devices) or ''} ({fix})".replace(" ()", "")
-        )
+        found = f"{host.gpu_count} {list(host.cuda_devices)}" if host.gpu_count else "0"
+        return f"needs {needed} CUDA GPU(s) on this host, found {found} ({fix})"
     if spec.precision == "fp8":
         if device != "cuda":
             return f"fp8 needs a CUDA GPU (compute capability >= 8.9); the device is {device}"
