@@ -36,9 +36,4 @@ def spec_json(wildcards):
 
 
 def requested_gpus(wildcards):
-    """GPUs a run asks for by its spec (device 'auto' asks for none: it uses what it finds)."""
-    spec = run_spec(wildcards)
-    wants_cuda = (
-        spec.device == "cuda" or spec.launcher == "dp" or spec.backend == "nccl"
-    )
-    return spec.replicas if wants_cuda else 0
+    return run_spec(wildcards).requested_gpus

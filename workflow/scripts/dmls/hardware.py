@@ -52,8 +52,8 @@ def resolved_device(spec: RunSpec, host: Host) -> str:
 
 def gpus_needed(spec: RunSpec, host: Host) -> int:
     """GPUs this run occupies on this host (emulated nodes all live here)."""
-    if spec.launcher == "dp" or spec.backend == "nccl":
-        return spec.replicas
+    if spec.requested_gpus:
+        return spec.requested_gpus
     return spec.replicas if resolved_device(spec, host) == "cuda" else 0
 
 

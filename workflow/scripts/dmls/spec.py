@@ -97,6 +97,12 @@ class RunSpec:
         return self.nodes * self.nproc_per_node
 
     @property
+    def requested_gpus(self) -> int:
+        """GPUs the spec itself asks for ('auto' asks for none: it takes what it finds)."""
+        wants_cuda = self.device == "cuda" or self.launcher == "dp" or self.backend == "nccl"
+        return self.replicas if wants_cuda else 0
+
+    @property
     def global_batch_size(self) -> int:
         """Samples per optimizer step, over all replicas and accumulation micro-steps."""
         return self.batch_size * self.replicas * self.grad_accum_steps
