@@ -13,13 +13,18 @@ configfile: "config/config.yaml"
 validate(config, "config/schemas/config.schema.yaml")
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/aggregate.smk"
+include: "rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
         rules.aggregate_runs.output.table,
+        rules.render_report.output.html,

@@ -5,11 +5,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
+from dmls.report.study import run_labels
 from dmls.spec import resolve_runs
 
 RESULTS = config["results_dir"]
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
+# Study -> its run ids, in config order; only studies with runs get a report section.
+STUDY_RUNS = {}
+for _run_id, _spec in RUNS.items():
+    STUDY_RUNS.setdefault(_spec.study, []).append(_run_id)
+# Study -> run -> the settings that vary within the study (labels in Snakemake's report).
+STUDY_LABELS = {
+    study: run_labels({RUNS[r].run: RUNS[r].to_dict() for r in run_ids})
+    for study, run_ids in STUDY_RUNS.items()
+}
 
 
 wildcard_constraints:
@@ -27,6 +37,11 @@ def all_run_metrics():
     return [f"{RESULTS}/runs/{run_id}/metrics.json" for run_id in RUNS]
 
 
+def all_manifests():
+    """The manifest of every dataset some run uses."""
+    return sorted({f"{RESULTS}/data/{spec.dataset}.json" for spec in RUNS.values()})
+
+
 def dataset_manifest(wildcards):
     return f"{RESULTS}/data/{run_spec(wildcards).dataset}.json"
 
@@ -37,3 +52,29 @@ def spec_json(wildcards):
 
 def requested_gpus(wildcards):
     return run_spec(wildcards).requested_gpus
+
+
+def study_metrics(wildcards):
+    """The metrics files of one study's runs, in config order."""
+    return [
+        f"{RESULTS}/runs/{run_id}/metrics.json"
+        for run_id in STUDY_RUNS[wildcards.study]
+    ]
+
+
+def compared_metrics(wildcards):
+    """The runs of the study named by `compare_with` (none when it is unset or has no runs)."""
+    other = config["studies"][wildcards.study].get("compare_with")
+    return [
+        f"{RESULTS}/runs/{run_id}/metrics.json" for run_id in STUDY_RUNS.get(other, [])
+    ]
+
+
+# Report-flag arguments. Snakemake calls them with the wildcards of each reported file (for a
+# directory, those of its `patterns`), so the study comes from the job's params.
+def study_title(wildcards, params):
+    return params.settings.get("title") or params.study
+
+
+def curve_labels(wildcards, params):
+    return params.labels[wildcards.run]

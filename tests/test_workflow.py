@@ -1,5 +1,6 @@
 """The Snakemake DAG itself: dry run, lint, formatting, and the .test config end to end."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,9 @@ import pytest
 from conftest import EXPECTED_RUNS, ROOT
 
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT / "tools"))
+# Sections of the report, in order: A2 is drawn from A1's runs, right after it.
+EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 
 
@@ -30,6 +34,7 @@ def test_dry_run_of_the_default_config_plans_every_run():
     assert counts["train"] == EXPECTED_TRAIN_JOBS
     assert counts["prepare_data"] == 2  # cifar10 and tabular
     assert counts["aggregate_runs"] == 1
+    assert counts["report_study"] == len(EXPECTED_RUNS) and counts["render_report"] == 1
 
 
 def test_lint_is_clean():
@@ -51,14 +56,21 @@ def test_snakefmt_and_ruff_are_clean():
         assert ruff.returncode == 0, ruff.stdout + ruff.stderr
 
 
-@pytest.mark.e2e
-def test_the_test_config_runs_end_to_end(tmp_path):
-    results = tmp_path / "results"
+@pytest.fixture(scope="module")
+def dag(tmp_path_factory) -> Path:
+    """The .test config's whole DAG, run once: its results folder."""
+    results = tmp_path_factory.mktemp("dag") / "results"
     out = snakemake(
         "--cores", "2", "--configfile", ".test/config.yaml", "--config", f"results_dir={results}",
         timeout=1800,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-5000:]
+    return results
+
+
+@pytest.mark.e2e
+def test_the_test_config_runs_end_to_end(dag):
+    results = dag
     runs = pd.read_csv(results / "runs.csv")
     assert len(runs) == EXPECTED_TRAIN_JOBS
     assert runs["status"].notna().all()
@@ -90,3 +102,52 @@ def test_the_test_config_runs_end_to_end(tmp_path):
     run_dir = results / "runs" / "parallelism" / "ddp_2gpu"
     assert (run_dir / "history.csv").exists() and (run_dir / "model.pt").exists()
     assert "epoch 2/2" in (run_dir / "train.log").read_text()
+
+
+@pytest.mark.e2e
+def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
+    page = (dag / "report" / "report.html").read_text()
+    for study in [*EXPECTED_RUNS, "overfitting", "all-runs"]:
+        assert f'<section id="{study}"' in page, study
+    # Self-contained: no file or network reference, every image inlined.
+    assert not re.search(r'(src|href)="(?!data:|#)', page)
+    figures = len(re.findall(r'<img src="data:image/png;base64,', page))
+    assert figures >= EXPECTED_TRAIN_JOBS + 2 * len(EXPECTED_RUNS)  # run curves + study figures
+    # Every ok row of every results table holds numbers (GPU memory is empty on a CPU host).
+    ok_rows = re.findall(r'<tr><td>[\w.-]+</td><td class="status-ok">ok</td>(.*?)</tr>', page, re.S)
+    assert len(ok_rows) == EXPECTED_TRAIN_JOBS - 6
+    for row in ok_rows:
+        cells = re.findall(r'<td class="num">(.*?)</td>', row)
+        assert len(cells) == 13 and cells[11] == ""
+        number_or_word = r"[\d.,]+|cpu|(fp32|fp16|bf16|fp8)(/(fp32|fp16|bf16|fp8))*"
+        assert all(re.fullmatch(number_or_word, c) for i, c in enumerate(cells) if i != 11)
+    assert not re.search(r">\s*(nan|NaN|None|inf)\s*<", page)
+    # A skipped run shows its reason, and its row no number.
+    assert "backend &#39;nccl&#39; runs on CUDA devices only" in page
+    skipped = re.search(r'<tr class="not-ok"><td>nccl_b32</td>.*?</tr>', page, re.S).group(0)
+    assert 'class="num"' not in skipped
+    assert "SYNTHETIC" in page and "Course reference (other students" in page
+
+
+@pytest.mark.e2e
+def test_the_report_renders_in_a_real_browser_offline(dag):
+    from screenshot_report import screenshot
+
+    evidence = ROOT / "results" / "evidence" / "report.png"
+    facts = screenshot(dag / "report" / "report.html", evidence)
+    assert facts["sections"] == [*EXPECTED_RUNS_IN_REPORT_ORDER, "all-runs"]
+    assert facts["height"] > 20000 and facts["broken_images"] == 0
+    assert facts["images"] >= EXPECTED_TRAIN_JOBS
+    assert [m for m in facts["console"] if m["level"] == "SEVERE"] == []
+    assert evidence.stat().st_size > 100_000
+
+
+@pytest.mark.e2e
+def test_snakemakes_own_report_builds(dag):
+    target = dag / "snakemake-report.html"
+    out = snakemake(
+        "--configfile", ".test/config.yaml", "--config", f"results_dir={dag}",
+        "--report", str(target), timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert target.stat().st_size > 100_000

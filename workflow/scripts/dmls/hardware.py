@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import shutil
 import socket
+import subprocess
 from dataclasses import dataclass, field
 
 import torch
@@ -94,6 +96,7 @@ def describe() -> dict:
     import accelerate
 
     cuda = torch.version.cuda if torch.cuda.is_available() else None
+    count = torch.cuda.device_count() if cuda else 0
     nccl = None
     if torch.cuda.is_available() and torch.distributed.is_nccl_available():
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
@@ -103,6 +106,10 @@ def describe() -> dict:
         "cuda": cuda,
         "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
         "nccl": nccl,
+        "gpu_memory_bytes": [
+            torch.cuda.get_device_properties(i).total_memory for i in range(count)
+        ],
+        "cuda_driver": _nvidia_driver() if count else None,
         "accelerate": accelerate.__version__,
         "platform": platform.platform(),
         "cpu_model": _cpu_model(),
@@ -119,3 +126,18 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver version (torch reports the CUDA runtime, not the driver)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out.strip() else None

@@ -1,0 +1,347 @@
+"""dmls.report: study tables, observations computed from numbers, figures and the HTML page."""
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, make_spec
+from dmls.aggregate import collect
+from dmls.io import write_json
+from dmls.report import html, observations, section
+from dmls.report.study import MIB, ReportError, Study, run_labels, varying_settings
+
+
+def fake_metrics(
+    run: str,
+    status: str = "ok",
+    *,
+    study: str = "parallelism",
+    samples_per_s: float = 1000.0,
+    test_accuracy: float = 0.80,
+    gpu_mib: float | None = 300.0,
+    history: list[dict] | None = None,
+    **spec_overrides,
+) -> dict:
+    """A metrics.json as dmls.supervise writes it, with chosen numbers."""
+    spec = make_spec(study=study, run=run, **spec_overrides).to_dict()
+    processes = spec["nodes"] * spec["nproc_per_node"] if spec["launcher"] != "dp" else 1
+    replicas = spec["nodes"] * spec["nproc_per_node"]
+    record = {
+        "study": study,
+        "run": run,
+        "status": status,
+        "reason": None if status == "ok" else f"{run} could not run: no CUDA GPU on this host",
+        "spec": spec,
+        "derived": {
+            "processes": processes,
+            "replicas": replicas,
+            "global_batch_size": spec["batch_size"] * replicas,
+            "device": "cuda",
+            "nodes_emulated": False,
+        },
+        "host": {
+            "hostname": "h",
+            "gpus": ["NVIDIA H100"],
+            "cpu_model": "Xeon",
+            "cpu_count": 16,
+            "python": "3.12",
+            "torch": "2.11",
+            "accelerate": "1.15",
+            "platform": "Linux",
+            "cuda": "13.0",
+            "cudnn": 91000,
+            "nccl": "2.27.3",
+            "gpu_memory_bytes": [80 * 2**30],
+            "cuda_driver": "580.1",
+        },
+        "started_at": "2026-11-26T05:00:00+00:00",
+        "finished_at": "2026-11-26T05:01:40+00:00",
+        "launch": {"exclusive": True, "seconds": 100.0},
+    }
+    if status != "ok":
+        return record
+    epochs = spec["epochs"]
+    history = history or [
+        {
+            "epoch": e,
+            "train_loss": 2.0 / e,
+            "train_accuracy": test_accuracy + 0.01 * e,
+            "test_loss": 2.1 / e,
+            "test_accuracy": test_accuracy * e / epochs,
+            "train_time_s": 10.0,
+            "eval_time_s": 1.0,
+        }
+        for e in range(1, epochs + 1)
+    ]
+    train_time = sum(h["train_time_s"] for h in history)
+    gpus = (
+        []
+        if gpu_mib is None
+        else [
+            {
+                "index": 0,
+                "name": "NVIDIA H100",
+                "peak_gpu_mem_allocated_bytes": gpu_mib * MIB,
+                "peak_gpu_mem_reserved_bytes": 2 * gpu_mib * MIB,
+            }
+        ]
+    )
+    last = history[-1]
+    return record | {
+        "history": history,
+        "final": {
+            "train_loss": last["train_loss"],
+            "train_accuracy": last["train_accuracy"],
+            "test_loss": last["test_loss"],
+            "test_accuracy": last["test_accuracy"],
+            "best_test_accuracy": max(h["test_accuracy"] for h in history),
+            "epochs_completed": len(history),
+            "stopped_early_epoch": None,
+        },
+        "timing": {
+            "train_time_s": train_time,
+            "eval_time_s": 1.0,
+            "wall_time_s": train_time + 5,
+            "samples_per_s": samples_per_s,
+        },
+        "effective_precision": spec["precision"],
+        "data": {
+            "name": "cifar10",
+            "synthetic": False,
+            "source": "torchvision",
+            "input_shape": [3, 32, 32],
+        },
+        "ranks": [
+            {"rank": r, "hostname": "h", "gpus": gpus, "peak_host_rss_bytes": 2000 * MIB}
+            for r in range(processes)
+        ],
+    }
+
+
+def a1_study(**settings) -> Study:
+    metrics = [
+        fake_metrics("single_gpu", launcher="single", epochs=3, test_accuracy=0.80),
+        fake_metrics("dataparallel_2gpu", "skipped", launcher="dp", nproc_per_node=2, epochs=3),
+        fake_metrics(
+            "ddp_2gpu",
+            launcher="torchrun",
+            nproc_per_node=2,
+            samples_per_s=1620.0,
+            epochs=3,
+            test_accuracy=0.796,
+            gpu_mib=310.0,
+        ),
+    ]
+    return Study.from_metrics("parallelism", {"title": "A1. Parallelism", **settings}, metrics)
+
+
+def test_varying_settings_are_the_spec_keys_that_differ():
+    specs = [
+        make_spec(run="a", batch_size=16).to_dict(),
+        make_spec(run="b", batch_size=32).to_dict(),
+    ]
+    assert varying_settings(specs) == ["batch_size"]
+    assert a1_study().varying == ["launcher", "nproc_per_node"]
+    assert run_labels({"a": specs[0], "b": specs[1]}) == {
+        "a": {"run": "a", "batch_size": "16"},
+        "b": {"run": "b", "batch_size": "32"},
+    }
+
+
+def test_a_baseline_that_is_not_a_run_names_the_key():
+    with pytest.raises(ReportError, match=r"studies\.parallelism\.baseline: 'gpu1' is not one of"):
+        a1_study(baseline="gpu1")
+
+
+def test_results_table_shows_numbers_for_ok_runs_and_only_the_reason_otherwise():
+    table = a1_study().results_table()
+    rows = {row["run"]: row for row in table["rows"]}
+    assert rows["dataparallel_2gpu"]["status"] == "skipped"
+    assert "no CUDA GPU" in rows["dataparallel_2gpu"]["reason"]
+    assert all(cell == "" for cell in rows["dataparallel_2gpu"]["cells"])
+    ddp = dict(zip(table["columns"], rows["ddp_2gpu"]["cells"], strict=True))
+    assert ddp["Test acc. (%)"] == "79.60"
+    assert ddp["Peak GPU mem. per GPU (MiB)"] == "310.0 / 310.0"  # one value per rank's GPU
+    assert ddp["Global batch"] == "64"
+
+
+def test_observations_are_computed_from_the_numbers():
+    study = a1_study()
+    lines = observations.versus_baseline(study)
+    assert lines == [
+        "ddp_2gpu: 1.62× the training throughput of single_gpu (30.0 s vs 30.0 s for 3 "
+        "epochs), test accuracy −0.4 points (79.60% vs 80.00%), peak GPU memory (max over "
+        "GPUs) 310.0 vs 300.0 MiB (1.03×)."
+    ]
+    assert observations.scaling(study) == [
+        "ddp_2gpu (2 workers): speed-up 1.62× over single_gpu (1 worker); ideal 2×, "
+        "parallel efficiency 81%."
+    ]
+    summary = observations.status_summary(study)
+    assert summary == [
+        "2 of 3 runs finished; no numbers for dataparallel_2gpu (skipped): the reasons are in "
+        "the results table."
+    ]
+
+
+def test_a_skipped_baseline_gives_no_comparison():
+    lines = observations.versus_baseline(a1_study(baseline="dataparallel_2gpu"))
+    assert lines == [
+        "The baseline dataparallel_2gpu has no numbers (skipped), so no run is compared with it."
+    ]
+
+
+def test_sweep_fits_memory_against_the_swept_setting():
+    metrics = [
+        fake_metrics(
+            f"b{b}",
+            study="batch_size",
+            batch_size=b,
+            gpu_mib=100 + 2.5 * b,
+            epochs=2,
+            test_accuracy=0.9 - b / 1000,
+        )
+        for b in (16, 32, 64, 128)
+    ]
+    study = Study.from_metrics("batch_size", {"baseline": "b32"}, metrics)
+    assert study.sweep_key == "batch_size"
+    lines = observations.sweep(study)
+    assert lines[0].startswith("peak GPU memory (max over GPUs) vs batch_size: 2.50 MiB per unit")
+    assert "plus 100.0 MiB" in lines[0] and "R² = 1.000" in lines[0]
+    assert "(falling at every step)" in lines[1]
+
+
+def test_generalization_flags_test_loss_rising_while_train_loss_falls():
+    losses = [(2.0, 1.9), (1.5, 1.6), (1.0, 1.7), (0.5, 1.9)]  # train falls, test turns up
+    history = [
+        {
+            "epoch": e,
+            "train_loss": tr,
+            "test_loss": te,
+            "train_accuracy": 0.5 + 0.1 * e,
+            "test_accuracy": 0.5,
+            "train_time_s": 1.0,
+            "eval_time_s": 0.1,
+        }
+        for e, (tr, te) in enumerate(losses, start=1)
+    ]
+    metrics = [
+        fake_metrics("steady", epochs=3),
+        fake_metrics("overfits", epochs=4, history=history),
+    ]
+    result = observations.generalization(Study.from_metrics("parallelism", {}, metrics))
+    rows = {row[0]: row for row in result["rows"]}
+    assert rows["overfits"][3] == "2 of 4" and rows["overfits"][5] == "yes"
+    assert rows["overfits"][1] == "40.0"  # train 90% vs test 50% at the end
+    assert rows["steady"][5] == "no"
+    assert "overfits" in result["summary"]
+
+
+def test_grid_study_draws_a_heatmap_and_the_speedup(tmp_path):
+    metrics = [
+        fake_metrics(
+            f"n{n}xp{p}",
+            study="cluster_torchrun",
+            nodes=n,
+            nproc_per_node=p,
+            launcher="torchrun",
+            samples_per_s=1000.0 if n * p == 1 else 900.0 * n * p,
+            gpu_mib=None,
+            epochs=2,
+        )
+        for n in (1, 2)
+        for p in (1, 2)
+    ]
+    study = Study.from_metrics("cluster_torchrun", {}, metrics)
+    assert study.is_grid and study.scales_workers
+    built = section.build(study, None, tmp_path, tmp_path / "curves", tmp_path / "figures")
+    names = [f["name"] for f in built["figures"]]
+    assert names == ["overview", "curves", "speedup", "grid", "generalization"]
+    for item in built["figures"] + built["curves"]:
+        assert (tmp_path / item["file"]).read_bytes()[:4] == b"\x89PNG"
+    assert (
+        "n2xp2 (4 workers): speed-up 3.60× over n1xp1 (1 worker); ideal 4×, parallel "
+        "efficiency 90%." in built["observations"]
+    )
+    # CSV: numbers only for ok runs; the memory is host RSS here (no GPU).
+    csv = (tmp_path / "results.csv").read_text()
+    assert csv.splitlines()[0].startswith("run,status,reason,spec.nodes,spec.nproc_per_node")
+
+
+def test_a_study_where_nothing_ran_draws_its_reasons(tmp_path):
+    metrics = [fake_metrics("fp8", "skipped", study="precision", epochs=2)]
+    built = section.build(
+        Study.from_metrics("precision", {}, metrics), None, tmp_path, tmp_path / "c", tmp_path / "f"
+    )
+    assert [f["name"] for f in built["figures"]] == ["no_results"]
+    assert built["curves"][0]["file"] == "c/fp8.png"
+
+
+def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
+    hostile = '<script>alert("x")</script>'
+    study = a1_study(title=f"A1 {hostile}")
+    section.build(
+        study,
+        None,
+        tmp_path / "parallelism",
+        tmp_path / "parallelism" / "curves",
+        tmp_path / "parallelism" / "figures",
+    )
+    metrics_paths = []
+    for m in study.metrics.values():
+        path = tmp_path / "runs" / m["run"] / "metrics.json"
+        write_json(path, m)
+        metrics_paths.append(path)
+    runs_csv = tmp_path / "runs.csv"
+    collect(metrics_paths).to_csv(runs_csv, index=False)
+    manifest = tmp_path / "data.json"
+    write_json(
+        manifest,
+        {
+            "name": "synthetic_cifar",
+            "status": "ok",
+            "synthetic": True,
+            "source": "synthetic, seed 0",
+            "n_train": 10,
+            "n_test": 5,
+        },
+    )
+    config = {"studies": {"parallelism": {"title": f"A1 {hostile}"}}}
+    page = html.render(
+        template_dir=ROOT / "report",
+        texts_path=ROOT / "report" / "studies.yaml",
+        section_paths=[tmp_path / "parallelism" / "section.json"],
+        runs_csv=runs_csv,
+        metrics_paths=metrics_paths,
+        manifest_paths=[manifest],
+        config=copy.deepcopy(config),
+        workflow_dir=ROOT,
+    )
+    assert hostile not in page and "&lt;script&gt;alert(" in page
+    assert page.count("<script>") == 1  # only the table-sorting script of the template
+    # overview, curves, speedup, generalization; 3 runs' curves; A2's generalization again.
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 4 + 3 + 1
+    assert 'href="data:text/csv;base64,' in page
+    assert "SYNTHETIC" in page and "1 × NVIDIA H100" in page and "580.1" in page
+    assert "Course reference (other students" in page  # labelled apart from our numbers
+    assert "no CUDA GPU on this host" in page
+    # No number from the skipped run anywhere in its row of the results table.
+    row = re.search(r"<tr class=\"not-ok\"><td>dataparallel_2gpu</td>.*?</tr>", page, re.S)
+    assert row and not re.search(r">\s*\d", row.group(0).split("colspan")[0])
+
+
+def test_every_study_of_the_config_has_its_text():
+    texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    covered = {entry.get("from") or entry["study"] for entry in texts["sections"]}
+    assert set(config["studies"]) <= covered
+    assert {e["study"] for e in texts["sections"] if "from" in e} == {"overfitting"}
+
+
+def test_rst_captions_of_the_rules_exist():
+    rules = (ROOT / "rules" / "report.smk").read_text()
+    for caption in re.findall(r'caption="\.\./(report/[\w.]+)"', rules):
+        assert Path(ROOT / caption).is_file(), caption

@@ -1,0 +1,73 @@
+"""Open the HTML report in headless Chromium, offline, and save a full-page screenshot.
+
+    python tools/screenshot_report.py results/report/report.html results/report/report.png
+
+Prints the page height and every browser console message; exits 1 when the console logged an
+error or the page did not render. Needs Debian's `chromium` and `chromium-driver`, and selenium
+(envs/requirements-test.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+
+WIDTH = 1280
+
+
+def open_browser(chromedriver: str) -> webdriver.Chrome:
+    options = webdriver.ChromeOptions()
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             f"--window-size={WIDTH},1000"]  # fmt: skip
+    # No network: every request leaves through a proxy that does not exist, so the report
+    # must render from the file alone.
+    flags += ["--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
+    for flag in flags:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(chromedriver))
+
+
+def screenshot(html: Path, png: Path, chromedriver: str = "/usr/bin/chromedriver") -> dict:
+    """Render `html` from file://, save `png`, return what the page looked like."""
+    driver = open_browser(chromedriver)
+    try:
+        driver.get(Path(html).resolve().as_uri())
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(WIDTH, min(height, 16000))
+        facts = driver.execute_script(
+            """return {
+                title: document.title,
+                sections: [...document.querySelectorAll('section')].map(s => s.id),
+                images: document.images.length,
+                broken_images: [...document.images]
+                    .filter(i => !i.complete || !i.naturalWidth).length,
+            }"""
+        )
+        png.parent.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(png))
+        console = driver.get_log("browser")
+    finally:
+        driver.quit()
+    return facts | {"height": height, "console": console, "screenshot": str(png)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("html", type=Path)
+    parser.add_argument("png", type=Path)
+    parser.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    args = parser.parse_args()
+    facts = screenshot(args.html, args.png, args.chromedriver)
+    print(json.dumps(facts, indent=2))
+    errors = [m for m in facts["console"] if m["level"] == "SEVERE"]
+    return 1 if errors or facts["broken_images"] or not facts["sections"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

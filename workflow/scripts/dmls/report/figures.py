@@ -1,0 +1,261 @@
+"""Figures of one study, drawn with matplotlib (Agg) from its runs; PNG files for the reports.
+
+Only `ok` runs are drawn. Bars and cells of runs without numbers are left empty and labelled
+with their status, so a figure never shows a number for a run that failed or was skipped.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from .study import GRID_KEYS, MIB, OK, Study
+
+DPI = 110
+# Every figure of a study draws run i in colour i, so a run keeps its colour across figures.
+COLORS = plt.get_cmap("tab10").colors
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _color(study: Study, run: str):
+    return COLORS[list(study.runs.index).index(run) % len(COLORS)]
+
+
+def _tick(study: Study, run: str) -> str:
+    status = study.runs.at[run, "status"]
+    return run if status == OK else f"{run}\n({status})"
+
+
+def run_curves(study: Study, run: str, path: Path) -> Path:
+    """Train vs test loss and accuracy per epoch of one run, or why it has none."""
+    history = study.histories.get(run)
+    if history is None:
+        row = study.runs.loc[run]
+        return notice(f"{study.key}/{run}: {row['status']}", str(row["reason"]), path)
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(8, 3.2))
+    for column, style, label in (("train", "--", "train"), ("test", "-", "test")):
+        loss_ax.plot(history["epoch"], history[f"{column}_loss"], style, marker="o", label=label)
+        acc_ax.plot(
+            history["epoch"], 100 * history[f"{column}_accuracy"], style, marker="o", label=label
+        )
+    loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
+    acc_ax.set(xlabel="epoch", ylabel="accuracy (%)", title="Accuracy")
+    for ax in (loss_ax, acc_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(f"{study.key}/{run}", fontsize=10)
+    return _save(fig, path)
+
+
+def notice(title: str, text: str, path: Path) -> Path:
+    """A figure-sized note where there is nothing to draw (skipped or failed runs)."""
+    fig, ax = plt.subplots(figsize=(8, 1.6))
+    ax.axis("off")
+    ax.text(0.0, 0.9, title, fontsize=11, weight="bold", va="top", transform=ax.transAxes)
+    ax.text(0.0, 0.55, textwrap.fill(text, 110), fontsize=9, va="top", transform=ax.transAxes)
+    return _save(fig, path)
+
+
+def overview(study: Study, path: Path) -> Path:
+    """Training time, peak memory and test accuracy of every run, side by side."""
+    runs = list(study.runs.index)
+    ok = study.runs["status"] == OK
+    gpu = study.ok["peak_gpu_mem_allocated_bytes"].notna().all() and not study.ok.empty
+    memory = "peak_gpu_mem_allocated_bytes" if gpu else "peak_host_rss_bytes"
+    panels = [
+        ("train_time_s", "training time (s)", 1.0),
+        (memory, "peak GPU memory, max over GPUs (MiB)" if gpu else "peak host RSS (MiB)", MIB),
+        ("test_accuracy", "test accuracy (%)", 0.01),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 0.9 + 0.38 * len(runs)))
+    y = np.arange(len(runs))
+    for ax, (column, label, scale) in zip(axes, panels, strict=True):
+        values = [study.runs.at[r, column] / scale if ok[r] else np.nan for r in runs]
+        ax.barh(y, values, color=[_color(study, r) for r in runs])
+        for yi, value in zip(y, values, strict=True):
+            if not np.isnan(value):
+                ax.text(value, yi, f" {value:.3g}", va="center", fontsize=8)
+        ax.set_yticks(y, [_tick(study, r) for r in runs] if ax is axes[0] else [])
+        ax.invert_yaxis()
+        ax.set_xlabel(label)
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.18)
+    fig.suptitle(study.title, fontsize=10)
+    return _save(fig, path)
+
+
+def overlay(study: Study, path: Path) -> Path:
+    """Every finished run's loss and accuracy curves on shared axes (train dashed, test solid)."""
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for run, history in study.histories.items():
+        color = _color(study, run)
+        loss_ax.plot(history["epoch"], history["train_loss"], "--", color=color, alpha=0.7)
+        loss_ax.plot(history["epoch"], history["test_loss"], "-", color=color, label=run)
+        acc_ax.plot(history["epoch"], 100 * history["train_accuracy"], "--", color=color, alpha=0.7)
+        acc_ax.plot(history["epoch"], 100 * history["test_accuracy"], "-", color=color, label=run)
+    loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss (train dashed, test solid)")
+    acc_ax.set(xlabel="epoch", ylabel="accuracy (%)", title="Accuracy (train dashed, test solid)")
+    for ax in (loss_ax, acc_ax):
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    acc_ax.legend(fontsize=8, loc="best")
+    return _save(fig, path)
+
+
+def speedup(study: Study, path: Path) -> Path:
+    """Speed-up in training throughput over the baseline, against the ideal linear line."""
+    base = study.runs.loc[study.baseline]
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ok = study.ok
+    workers = ok["replicas"].to_numpy(dtype=float)
+    speed = ok["samples_per_s"].to_numpy(dtype=float) / base["samples_per_s"]
+    line = np.array(sorted({base["replicas"], *workers}), dtype=float)
+    ax.plot(line, line / base["replicas"], ":", color="grey", label="ideal (linear)")
+    for run, w, s in zip(ok.index, workers, speed, strict=True):
+        ax.scatter(w, s, color=_color(study, run), zorder=3, label=f"{run}: {s:.2f}×")
+    ax.set(
+        xlabel="workers (processes, or GPUs under DataParallel)",
+        ylabel=f"speed-up over {study.baseline}",
+        title="Speed-up vs ideal",
+    )
+    ax.set_xticks(line)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def grid_heatmap(study: Study, path: Path) -> Path:
+    """Training time and test accuracy on the nodes x processes-per-node grid."""
+    nodes = sorted(study.runs["spec.nodes"].unique())
+    procs = sorted(study.runs["spec.nproc_per_node"].unique())
+    fig, axes = plt.subplots(1, 2, figsize=(9, 1.2 + 1.1 * len(nodes)))
+    panels = (("train_time_s", "training time (s)", 1.0, "viridis_r"),
+              ("test_accuracy", "test accuracy (%)", 0.01, "viridis"))  # fmt: skip
+    for ax, (column, label, scale, cmap) in zip(axes, panels, strict=True):
+        grid = np.full((len(nodes), len(procs)), np.nan)
+        notes = {}
+        for _, row in study.runs.iterrows():
+            cell = (nodes.index(row["spec.nodes"]), procs.index(row["spec.nproc_per_node"]))
+            if row["status"] == OK:
+                grid[cell] = row[column] / scale
+            else:
+                notes[cell] = row["status"]
+        image = ax.imshow(grid, cmap=cmap, aspect="auto")
+        for (i, j), value in np.ndenumerate(grid):
+            text = f"{value:.1f}" if not np.isnan(value) else notes.get((i, j), "not run")
+            ax.text(j, i, text, ha="center", va="center", fontsize=10, color="black",
+                    bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none"})  # fmt: skip
+        ax.set_xticks(range(len(procs)), [str(p) for p in procs])
+        ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
+        ax.set(xlabel="processes per node", ylabel="nodes", title=label)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(study.title, fontsize=10)
+    return _save(fig, path)
+
+
+def sweep(study: Study, path: Path) -> Path:
+    """Time, memory and test accuracy along the swept setting (batch size, accumulation)."""
+    key = study.sweep_key
+    ok = study.ok.sort_values(f"spec.{key}")
+    x = ok[f"spec.{key}"].to_numpy(dtype=float)
+    gpu = ok["peak_gpu_mem_allocated_bytes"].notna().all()
+    memory = "peak_gpu_mem_allocated_bytes" if gpu else "peak_host_rss_bytes"
+    panels = [
+        ("train_time_s", "training time (s)", 1.0),
+        (memory, "peak GPU memory (MiB)" if gpu else "peak host RSS (MiB)", MIB),
+        ("test_accuracy", "test accuracy (%)", 0.01),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for ax, (column, label, scale) in zip(axes, panels, strict=True):
+        ax.plot(x, ok[column].to_numpy(dtype=float) / scale, marker="o")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(x, [f"{v:g}" for v in x])
+        ax.set(xlabel=key, ylabel=label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(study.title, fontsize=10)
+    return _save(fig, path)
+
+
+def generalization_gap(study: Study, path: Path) -> Path:
+    """Train − test accuracy per epoch (A2): a gap that keeps widening means overfitting."""
+    fig, (gap_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for run, history in study.histories.items():
+        color = _color(study, run)
+        gap = 100 * (history["train_accuracy"] - history["test_accuracy"])
+        gap_ax.plot(history["epoch"], gap, marker="o", color=color, label=run)
+        loss_ax.plot(history["epoch"], history["test_loss"] - history["train_loss"], marker="o",
+                     color=color, label=run)  # fmt: skip
+        best = history["test_loss"].idxmin()
+        loss_ax.axvline(history.at[best, "epoch"], color=color, alpha=0.25)
+    gap_ax.axhline(0, color="grey", lw=0.8)
+    loss_ax.axhline(0, color="grey", lw=0.8)
+    gap_ax.set(xlabel="epoch", ylabel="points", title="Train − test accuracy")
+    loss_ax.set(
+        xlabel="epoch",
+        ylabel="loss difference",
+        title="Test − train loss (vertical lines: epoch of min. test loss)",
+    )
+    for ax in (gap_ax, loss_ax):
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    gap_ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def comparison(study: Study, other: Study, path: Path) -> Path:
+    """Training time of the runs both studies share (B2 accelerate beside B1 torchrun)."""
+    shared = [r for r in study.runs.index if r in other.runs.index]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    x = np.arange(len(shared))
+    for offset, (s, color) in zip((-0.2, 0.2), ((other, "tab:blue"), (study, "tab:orange")),
+                                  strict=True):  # fmt: skip
+        values = [
+            s.runs.at[r, "train_time_s"] if s.runs.at[r, "status"] == OK else np.nan for r in shared
+        ]
+        ax.bar(x + offset, values, width=0.4, color=color, label=s.key)
+        for xi, value, r in zip(x, values, shared, strict=True):
+            text = f"{value:.1f}" if not np.isnan(value) else s.runs.at[r, "status"]
+            ax.text(xi + offset, 0 if np.isnan(value) else value, text, ha="center",
+                    va="bottom", fontsize=8)  # fmt: skip
+    ax.set_xticks(x, shared)
+    ax.set(ylabel="training time (s)", title=f"{study.key} vs {other.key}")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def study_figures(study: Study, other: Study | None, folder: Path) -> list[tuple[str, Path]]:
+    """Every figure that fits this study, as (name, path); the name keys the caption."""
+    if study.ok.empty:
+        reasons = "; ".join(f"{r}: {row['reason']}" for r, row in study.runs.iterrows())
+        return [("no_results", notice(f"{study.title}: no run finished", reasons,
+                                      folder / "no_results.png"))]  # fmt: skip
+    figures = [("overview", overview(study, folder / "overview.png"))]
+    if study.histories:
+        figures.append(("curves", overlay(study, folder / "curves.png")))
+    if study.scales_workers and study.runs.at[study.baseline, "status"] == OK:
+        figures.append(("speedup", speedup(study, folder / "speedup.png")))
+    if study.is_grid and set(GRID_KEYS) <= set(study.varying):
+        figures.append(("grid", grid_heatmap(study, folder / "grid.png")))
+    if study.sweep_key and len(study.ok) >= 2:
+        figures.append(("sweep", sweep(study, folder / "sweep.png")))
+    if any(len(h) >= 2 for h in study.histories.values()):
+        figures.append(("generalization", generalization_gap(study, folder / "generalization.png")))
+    if other is not None:
+        figures.append(("comparison", comparison(study, other, folder / "comparison.png")))
+    return figures

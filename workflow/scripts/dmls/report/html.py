@@ -1,0 +1,225 @@
+"""Assemble the one-file HTML report: header, one section per study, the all-runs table.
+
+Everything shown comes from the files of this results folder (run metrics, data manifests,
+runs.csv and the study sections); the template lives in report/ and autoescapes every string.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+import subprocess
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+import yaml
+
+from ..io import read_json
+from .study import MIB, OK
+
+# Columns of the all-runs table, in this order (the full table is runs.csv, linked from it).
+ALL_RUNS_COLUMNS = {
+    "study": "study",
+    "run": "run",
+    "status": "status",
+    "device": "device",
+    "effective_precision": "precision (measured)",
+    "processes": "processes",
+    "global_batch_size": "global batch",
+    "test_accuracy": "test acc. (%)",
+    "train_accuracy": "train acc. (%)",
+    "test_loss": "test loss",
+    "train_time_s": "training time (s)",
+    "samples_per_s": "samples/s",
+    "peak_gpu_mem_allocated_bytes": "peak GPU mem. (MiB)",
+    "peak_host_rss_bytes": "peak RSS (MiB)",
+    "reason": "reason",
+}
+SOFTWARE = ("snakemake", "torch", "torchvision", "accelerate", "numpy", "pandas", "matplotlib")
+
+
+def data_uri(path: Path, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def git_state(folder: Path) -> str:
+    """The commit the workflow ran from, marked when the checkout had local changes."""
+    try:
+        commit = _git(folder, "rev-parse", "HEAD")
+        dirty = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return commit + (" (with uncommitted changes)" if dirty else "")
+
+
+def _git(folder: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(folder), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def wall_time(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """From the first run's start to the last run's end, and the runs' own time summed."""
+    starts = [m["started_at"] for m in metrics if m.get("started_at")]
+    ends = [m["finished_at"] for m in metrics if m.get("finished_at")]
+    if not starts or not ends:
+        return {"span_s": None, "runs_s": None}
+    span = datetime.fromisoformat(max(ends)) - datetime.fromisoformat(min(starts))
+    runs = sum(m.get("launch", {}).get("seconds", 0.0) for m in metrics)
+    return {"first_start": min(starts), "last_end": max(ends),
+            "span_s": span.total_seconds(), "runs_s": runs}  # fmt: skip
+
+
+def hosts(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each distinct host the runs saw, with what it has and how many runs it ran."""
+    seen: dict[str, dict[str, Any]] = {}
+    count: Counter[str] = Counter()
+    for m in metrics:
+        host = m["host"]
+        names = {r["hostname"] for r in m.get("ranks", [])} or {host["hostname"]}
+        for name in sorted(names):
+            count[name] += 1
+            seen.setdefault(name, host | {"hostname": name})
+    out = []
+    for name, host in seen.items():
+        gpus = Counter(host.get("gpus") or [])
+        memory = host.get("gpu_memory_bytes") or []
+        out.append(
+            {
+                "hostname": name,
+                "runs": count[name],
+                "cpu": f"{host['cpu_model']}, {host['cpu_count']} logical cores",
+                "gpus": ", ".join(f"{n} × {g}" for g, n in gpus.items()) or "none",
+                "gpu_memory": ", ".join(f"{b / MIB / 1024:.1f} GiB" for b in memory) or "—",
+                "driver": host.get("cuda_driver") or "—",
+                "cuda": host.get("cuda") or "—",
+                "cudnn": host.get("cudnn") or "—",
+                "nccl": host.get("nccl") or "—",
+                "python": host["python"],
+                "torch": host["torch"],
+                "accelerate": host["accelerate"],
+                "platform": host["platform"],
+            }
+        )
+    return out
+
+
+def software() -> dict[str, str]:
+    versions = {}
+    for name in SOFTWARE:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def all_runs(frame: pd.DataFrame) -> dict[str, Any]:
+    """The all-runs table; runs that did not finish show their reason and no numbers."""
+    rows = []
+    for _, row in frame.iterrows():
+        ok = row["status"] == OK
+        cells = []
+        for column in ALL_RUNS_COLUMNS:
+            value = row.get(column)
+            if column in ("study", "run", "status", "reason", "device"):
+                text = "" if pd.isna(value) else str(value)
+                sort = text
+            elif not ok or pd.isna(value):
+                text, sort = "", ""
+            else:
+                text, sort = _format(column, value)
+            cells.append({"text": text, "sort": sort})
+        rows.append({"status": row["status"], "cells": cells})
+    return {"columns": list(ALL_RUNS_COLUMNS.values()), "rows": rows}
+
+
+def _format(column: str, value: Any) -> tuple[str, Any]:
+    if column.endswith("accuracy"):
+        return f"{100 * value:.2f}", float(value)
+    if column.endswith("bytes"):
+        return f"{value / MIB:.1f}", float(value)
+    if column == "samples_per_s":
+        return f"{value:,.0f}", float(value)
+    if column == "test_loss":
+        return f"{value:.4f}", float(value)
+    if column == "train_time_s":
+        return f"{value:.1f}", float(value)
+    return str(value), value
+
+
+def load_section(path: Path) -> dict[str, Any]:
+    """A section.json with its figures inlined as data URIs."""
+    section = read_json(path)
+    folder = Path(path).parent
+    for item in section["figures"] + section["curves"]:
+        item["src"] = data_uri(folder / item["file"], "image/png")
+    return section
+
+
+def arrange(sections: list[dict[str, Any]], texts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Sections in the order of report/studies.yaml, each with its text; A2 is drawn from A1's
+    runs. Studies the text file doesn't know come last, with their numbers only."""
+    by_key = {s["key"]: s for s in sections}
+    out = []
+    for entry in texts["sections"]:
+        source = by_key.get(entry.get("from") or entry["study"])
+        if source is not None:
+            out.append(_item(entry, source, derived="from" in entry))
+    known = {e.get("from") or e["study"] for e in texts["sections"]}
+    out += [_item({"study": k}, s, derived=False) for k, s in by_key.items() if k not in known]
+    return out
+
+
+def _item(entry: dict[str, Any], section: dict[str, Any], derived: bool) -> dict[str, Any]:
+    text = {"title": section["title"], "question": None, "background": [], "course_reference": None}
+    return {"entry": text | entry, "section": section, "derived": derived}
+
+
+def render(
+    *,
+    template_dir: Path,
+    texts_path: Path,
+    section_paths: list[Path],
+    runs_csv: Path,
+    metrics_paths: list[Path],
+    manifest_paths: list[Path],
+    config: dict[str, Any],
+    workflow_dir: Path,
+) -> str:
+    metrics = [read_json(p) for p in metrics_paths]
+    frame = pd.read_csv(runs_csv)
+    texts = yaml.safe_load(Path(texts_path).read_text())
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(template_dir),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    statuses = frame["status"].value_counts().to_dict()
+    context = {
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_state(workflow_dir),
+        "wall": wall_time(metrics),
+        "config_yaml": yaml.safe_dump(config, sort_keys=False, allow_unicode=True),
+        "hosts": hosts(metrics),
+        "software": software(),
+        "data": [read_json(p) for p in manifest_paths],
+        "emulated": [
+            f"{m['study']}/{m['run']}"
+            for m in metrics
+            if m["derived"].get("nodes_emulated") and m["status"] == OK
+        ],
+        "statuses": statuses,
+        "sections": arrange([load_section(p) for p in section_paths], texts),
+        "intro": texts["intro"],
+        "all_runs": all_runs(frame),
+        "runs_csv_uri": data_uri(runs_csv, "text/csv"),
+        "css": (Path(template_dir) / "report.css").read_text(),
+    }
+    return env.get_template("report.html.j2").render(**context)

@@ -1,0 +1,47 @@
+"""Build one study's report section: tables, observations and figures, written as files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write, write_json
+from . import figures, observations
+from .study import Study
+
+
+def build(
+    study: Study, other: Study | None, out_dir: Path, curves_dir: Path, figures_dir: Path
+) -> dict[str, Any]:
+    """Write `section.json`, `results.csv`, the study's figures and one curve figure per run."""
+    curves = [
+        {
+            "run": run,
+            "file": _relative(figures.run_curves(study, run, curves_dir / f"{run}.png"), out_dir),
+        }
+        for run in study.runs.index
+    ]
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    drawn = figures.study_figures(study, other, figures_dir)
+    section = {
+        "key": study.key,
+        "title": study.title,
+        "baseline": study.baseline,
+        "compare_with": other.key if other is not None else None,
+        "status": observations.status_summary(study),
+        "settings": study.settings_table(),
+        "results": study.results_table(),
+        "observations": observations.all_observations(study, other),
+        "generalization": observations.generalization(study),
+        "figures": [{"name": name, "file": _relative(path, out_dir)} for name, path in drawn],
+        "curves": curves,
+    }
+    frame = study.results_frame()
+    atomic_write(out_dir / "results.csv", lambda f: frame.to_csv(f, index=False))
+    write_json(out_dir / "section.json", section)
+    return section
+
+
+def _relative(path: Path, folder: Path) -> str:
+    """Paths in section.json are relative to it, so a results folder can be moved whole."""
+    return Path(path).resolve().relative_to(Path(folder).resolve()).as_posix()

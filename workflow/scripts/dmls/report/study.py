@@ -1,0 +1,182 @@
+"""One study's runs: what varied, how each run ended and, for the runs that finished, numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from ..aggregate import summarize
+
+MIB = 2**20
+# Only finished runs have numbers in the report; the others show their status and reason.
+OK = "ok"
+# Settings that span the nodes x processes grid of the cluster studies.
+GRID_KEYS = ("nodes", "nproc_per_node")
+
+
+class ReportError(ValueError):
+    """A study's report settings don't match its runs (names the config key)."""
+
+
+def _num(fmt: str) -> Callable[[Any], str]:
+    return lambda v: format(v, fmt)
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _mib(value: float) -> str:
+    return f"{value / MIB:.1f}"
+
+
+# (column in the summary row, header, formatter); numbers only ever come from `ok` runs.
+RESULT_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("device", "Device", str),
+    ("effective_precision", "Precision (measured)", str),
+    ("processes", "Processes", str),
+    ("global_batch_size", "Global batch", str),
+    ("epochs_completed", "Epochs", _num(".0f")),
+    ("train_accuracy", "Train acc. (%)", _pct),
+    ("test_accuracy", "Test acc. (%)", _pct),
+    ("train_loss", "Train loss", _num(".4f")),
+    ("test_loss", "Test loss", _num(".4f")),
+    ("train_time_s", "Train time (s)", _seconds),
+    ("samples_per_s", "Samples/s", _num(",.0f")),
+    ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)", str),
+    ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)", _mib),
+]
+
+
+@dataclass(frozen=True)
+class Study:
+    key: str
+    title: str
+    baseline: str
+    runs: pd.DataFrame  # one summary row per run (dmls.aggregate.summarize), config order
+    histories: dict[str, pd.DataFrame]  # per-epoch history of every `ok` run
+    metrics: dict[str, dict[str, Any]]  # the raw metrics.json of every run
+
+    @classmethod
+    def from_metrics(cls, key: str, settings: dict[str, Any], metrics: Sequence[dict]) -> Study:
+        """`settings` is the study's config block; `metrics` its runs' files, config order."""
+        if not metrics:
+            raise ReportError(f"studies.{key}: the study has no runs")
+        by_run = {m["run"]: m for m in metrics}
+        runs = pd.DataFrame([summarize(m) for m in metrics]).set_index("run", drop=False)
+        baseline = settings.get("baseline") or metrics[0]["run"]
+        if baseline not in by_run:
+            raise ReportError(
+                f"studies.{key}.baseline: {baseline!r} is not one of its runs {list(by_run)}"
+            )
+        runs["gpu_mem_per_gpu"] = [_gpu_memory_per_gpu(m) for m in metrics]
+        histories = {m["run"]: pd.DataFrame(m["history"]) for m in metrics if m["status"] == OK}
+        return cls(key, settings.get("title") or key, baseline, runs, histories, by_run)
+
+    @property
+    def ok(self) -> pd.DataFrame:
+        return self.runs[self.runs["status"] == OK]
+
+    @property
+    def varying(self) -> list[str]:
+        """Spec keys (without the `spec.` prefix) whose value differs between runs."""
+        return varying_settings([m["spec"] for m in self.metrics.values()])
+
+    @property
+    def is_grid(self) -> bool:
+        """The runs span nodes x processes and vary nothing else (B1, B2)."""
+        varying = set(self.varying)
+        return bool(varying) and varying <= set(GRID_KEYS)
+
+    @property
+    def scales_workers(self) -> bool:
+        """Runs differ in how many workers train, and only in how they are launched (A1, B1, B2)."""
+        launch_keys = {"launcher", *GRID_KEYS}
+        return self.runs["replicas"].nunique() > 1 and set(self.varying) <= launch_keys
+
+    @property
+    def sweep_key(self) -> str | None:
+        """The one numeric setting this study sweeps (A6 batch size, A7 accumulation), if any."""
+        varying = self.varying
+        if len(varying) != 1:
+            return None
+        values = self.runs[f"spec.{varying[0]}"]
+        return varying[0] if pd.api.types.is_numeric_dtype(values) else None
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether every run had the host to itself, so that timings compare."""
+        launches = [m.get("launch") for m in self.metrics.values() if m["status"] == OK]
+        return all(launch and launch.get("exclusive") for launch in launches)
+
+    def settings_table(self) -> dict[str, Any]:
+        """What was run: one row per run, one column per setting that varies."""
+        columns = ["run", *self.varying]
+        rows = [
+            [run, *(_setting(self.runs.at[run, f"spec.{k}"]) for k in self.varying)]
+            for run in self.runs.index
+        ]
+        return {"columns": columns, "rows": rows}
+
+    def results_table(self) -> dict[str, Any]:
+        """The results of every run; runs that did not finish carry their reason only."""
+        rows = []
+        for run, row in self.runs.iterrows():
+            ran = row["status"] == OK
+            cells = [
+                fmt(row[col]) if ran and _present(row[col]) else ""
+                for col, _, fmt in RESULT_COLUMNS
+            ]
+            rows.append(
+                {"run": run, "status": row["status"], "reason": row["reason"] or "", "cells": cells}
+            )
+        return {"columns": [header for _, header, _ in RESULT_COLUMNS], "rows": rows}
+
+    def results_frame(self) -> pd.DataFrame:
+        """The results as numbers (for CSV): numeric columns blank unless the run is `ok`."""
+        columns = ["run", "status", "reason", *(f"spec.{k}" for k in self.varying)]
+        numeric = [c for c, _, _ in RESULT_COLUMNS if c not in ("device", "effective_precision")]
+        frame = self.runs.reindex(columns=[*columns, "device", "effective_precision", *numeric])
+        frame.loc[frame["status"] != OK, ["effective_precision", *numeric]] = None
+        return frame
+
+
+def varying_settings(specs: Sequence[dict[str, Any]]) -> list[str]:
+    """Dotted spec keys whose value differs between these run specs (their order kept)."""
+    flat = pd.json_normalize([dict(spec) for spec in specs], sep=".")
+    flat = flat.drop(columns=["study", "run"], errors="ignore").map(
+        lambda v: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
+    )
+    return [c for c in flat.columns if flat[c].nunique(dropna=False) > 1]
+
+
+def run_labels(specs: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Per run: its name and the settings that vary in its study (Snakemake report labels)."""
+    keys = varying_settings(list(specs.values()))
+    flat = {run: pd.json_normalize(spec, sep=".").iloc[0] for run, spec in specs.items()}
+    return {run: {"run": run} | {k: _setting(flat[run][k]) for k in keys} for run in specs}
+
+
+def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
+    """Peak allocated memory of every GPU of every rank, e.g. '312.1 / 313.8'."""
+    if metrics["status"] != OK:
+        return None
+    gpus = [g for rank in metrics["ranks"] for g in rank["gpus"]]
+    return " / ".join(_mib(g["peak_gpu_mem_allocated_bytes"]) for g in gpus) or None
+
+
+def _setting(value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "—"
+    return str(value)
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and pd.isna(value))
