@@ -84,6 +84,11 @@ def test_cpu_preset_and_test_config_merge_over_the_default():
         ({"epochs": "ten"}, "studies.optimizer.runs.bad.epochs: 'ten' is not of type 'integer'"),
         ({"optimiser": {}}, "Additional properties are not allowed ('optimiser' was unexpected)"),
         ({"launcher": "single", "nproc_per_node": 2}, "launcher 'single' runs one process"),
+        (
+            {"precision": "fp8", "batch_size": 20},
+            "studies.optimizer.runs.bad.batch_size: fp8 matmuls need every dimension divisible "
+            "by 16, the batch too (weight gradients); got 20",
+        ),
     ],
 )
 def test_bad_run_spec_names_the_key(override, message):

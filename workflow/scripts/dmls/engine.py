@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from . import data as datasets
 from .models import build_model
-from .spec import RunSpec
+from .spec import FP8_MULTIPLE, RunSpec
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -225,7 +225,12 @@ def make_loaders(spec: RunSpec, env: Distributed, train: Dataset, test: Dataset)
         pin_memory=env.device.type == "cuda",
         persistent_workers=spec.num_workers > 0,
     )
-    train_loader = DataLoader(train, batch_size=per_step, sampler=sampler, **common)
+    # fp8 GEMMs need the batch divisible by 16 in the weight-gradient matmul too, so fp8 runs drop
+    # a ragged last batch (fewer than batch_size samples per epoch go unseen).
+    drop_last = spec.precision == "fp8"
+    train_loader = DataLoader(
+        train, batch_size=per_step, sampler=sampler, drop_last=drop_last, **common
+    )
     # Test shards without DistributedSampler's padding, so the reduced metrics cover every
     # test sample exactly once.
     shard = Subset(test, range(env.rank, len(test), env.world_size))
@@ -280,16 +285,15 @@ def _convert_to_float8(model: nn.Module) -> int:
     from torchao.float8 import convert_to_float8_training
 
     def eligible(module: nn.Module, fqn: str) -> bool:
-        # torch._scaled_mm needs both GEMM dimensions divisible by 16.
         return (
             isinstance(module, nn.Linear)
-            and module.in_features % 16 == 0
-            and module.out_features % 16 == 0
+            and module.in_features % FP8_MULTIPLE == 0
+            and module.out_features % FP8_MULTIPLE == 0
         )
 
     converted = sum(eligible(m, "") for m in model.modules())
     if not converted:
-        raise ValueError("fp8: no Linear layer has both dimensions divisible by 16")
+        raise ValueError(f"fp8: no Linear layer has both dimensions divisible by {FP8_MULTIPLE}")
     convert_to_float8_training(model, module_filter_fn=eligible)
     return converted
 

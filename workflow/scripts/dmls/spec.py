@@ -20,6 +20,10 @@ import yaml
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "config" / "schemas" / "config.schema.yaml"
 
 
+# torch._scaled_mm (fp8 GEMMs) needs both dimensions of each operand divisible by 16.
+FP8_MULTIPLE = 16
+
+
 class SpecError(ValueError):
     """A config or run spec that can't be run; the message names the key."""
 
@@ -135,6 +139,11 @@ class RunSpec:
         if self.launcher == "dp" and self.nodes != 1:
             raise SpecError(
                 f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1"
+            )
+        if self.precision == "fp8" and self.batch_size % FP8_MULTIPLE:
+            raise SpecError(
+                f"{where}.batch_size: fp8 matmuls need every dimension divisible by "
+                f"{FP8_MULTIPLE}, the batch too (weight gradients); got {self.batch_size}"
             )
 
 

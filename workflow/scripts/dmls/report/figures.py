@@ -26,7 +26,7 @@ COLORS = plt.get_cmap("tab10").colors
 
 def _save(fig: plt.Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
 
@@ -46,7 +46,7 @@ def run_curves(study: Study, run: str, path: Path) -> Path:
     if history is None:
         row = study.runs.loc[run]
         return notice(f"{study.key}/{run}: {row['status']}", str(row["reason"]), path)
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(8, 3.2))
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, layout="constrained", figsize=(8, 3.2))
     for column, style, label in (("train", "--", "train"), ("test", "-", "test")):
         loss_ax.plot(history["epoch"], history[f"{column}_loss"], style, marker="o", label=label)
         acc_ax.plot(
@@ -64,7 +64,7 @@ def run_curves(study: Study, run: str, path: Path) -> Path:
 
 def notice(title: str, text: str, path: Path) -> Path:
     """A figure-sized note where there is nothing to draw (skipped or failed runs)."""
-    fig, ax = plt.subplots(figsize=(8, 1.6))
+    fig, ax = plt.subplots(layout="constrained", figsize=(8, 1.6))
     ax.axis("off")
     ax.text(0.0, 0.9, title, fontsize=11, weight="bold", va="top", transform=ax.transAxes)
     ax.text(0.0, 0.55, textwrap.fill(text, 110), fontsize=9, va="top", transform=ax.transAxes)
@@ -82,7 +82,7 @@ def overview(study: Study, path: Path) -> Path:
         (memory, "peak GPU memory, max over GPUs (MiB)" if gpu else "peak host RSS (MiB)", MIB),
         ("test_accuracy", "test accuracy (%)", 0.01),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 0.9 + 0.38 * len(runs)))
+    fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 0.9 + 0.38 * len(runs)))
     y = np.arange(len(runs))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         values = [study.runs.at[r, column] / scale if ok[r] else np.nan for r in runs]
@@ -101,7 +101,7 @@ def overview(study: Study, path: Path) -> Path:
 
 def overlay(study: Study, path: Path) -> Path:
     """Every finished run's loss and accuracy curves on shared axes (train dashed, test solid)."""
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, layout="constrained", figsize=(11, 3.8))
     for run, history in study.histories.items():
         color = _color(study, run)
         loss_ax.plot(history["epoch"], history["train_loss"], "--", color=color, alpha=0.7)
@@ -120,7 +120,7 @@ def overlay(study: Study, path: Path) -> Path:
 def speedup(study: Study, path: Path) -> Path:
     """Speed-up in training throughput over the baseline, against the ideal linear line."""
     base = study.runs.loc[study.baseline]
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    fig, ax = plt.subplots(layout="constrained", figsize=(5.5, 3.4))
     ok = study.ok
     workers = ok["replicas"].to_numpy(dtype=float)
     speed = ok["samples_per_s"].to_numpy(dtype=float) / base["samples_per_s"]
@@ -143,7 +143,7 @@ def grid_heatmap(study: Study, path: Path) -> Path:
     """Training time and test accuracy on the nodes x processes-per-node grid."""
     nodes = sorted(study.runs["spec.nodes"].unique())
     procs = sorted(study.runs["spec.nproc_per_node"].unique())
-    fig, axes = plt.subplots(1, 2, figsize=(9, 1.2 + 1.1 * len(nodes)))
+    fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(9, 1.2 + 1.1 * len(nodes)))
     panels = (("train_time_s", "training time (s)", 1.0, "viridis_r"),
               ("test_accuracy", "test accuracy (%)", 0.01, "viridis"))  # fmt: skip
     for ax, (column, label, scale, cmap) in zip(axes, panels, strict=True):
@@ -180,7 +180,7 @@ def sweep(study: Study, path: Path) -> Path:
         (memory, "peak GPU memory (MiB)" if gpu else "peak host RSS (MiB)", MIB),
         ("test_accuracy", "test accuracy (%)", 0.01),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 3.4))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         ax.plot(x, ok[column].to_numpy(dtype=float) / scale, marker="o")
         ax.set_xscale("log", base=2)
@@ -193,7 +193,7 @@ def sweep(study: Study, path: Path) -> Path:
 
 def generalization_gap(study: Study, path: Path) -> Path:
     """Train − test accuracy per epoch (A2): a gap that keeps widening means overfitting."""
-    fig, (gap_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, (gap_ax, loss_ax) = plt.subplots(1, 2, layout="constrained", figsize=(11, 3.6))
     for run, history in study.histories.items():
         color = _color(study, run)
         gap = 100 * (history["train_accuracy"] - history["test_accuracy"])
@@ -220,7 +220,7 @@ def generalization_gap(study: Study, path: Path) -> Path:
 def comparison(study: Study, other: Study, path: Path) -> Path:
     """Training time of the runs both studies share (B2 accelerate beside B1 torchrun)."""
     shared = [r for r in study.runs.index if r in other.runs.index]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(layout="constrained", figsize=(7, 3.6))
     x = np.arange(len(shared))
     for offset, (s, color) in zip((-0.2, 0.2), ((other, "tab:blue"), (study, "tab:orange")),
                                   strict=True):  # fmt: skip

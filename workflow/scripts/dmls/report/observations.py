@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -134,7 +135,8 @@ def precision_check(study: Study) -> list[str]:
     for run, row in study.ok.iterrows():
         asked = row["spec.precision"]
         measured = row["effective_precision"]
-        if asked != "fp32" and asked not in str(measured).split("/"):
+        # Ranks join what they measured with "/", layer kinds within a rank with "+".
+        if asked != "fp32" and asked not in re.split(r"[/+]", str(measured)):
             lines.append(
                 f"{run}: asked for {asked}, but the layers computed in {measured} "
                 "(see the precision probe in dmls/engine.py)."
