@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from .study import GRID_KEYS, MIB, OK, Study
+from .study import MIB, OK, Study
 
 DPI = 110
 # Every figure of a study draws run i in colour i, so a run keeps its colour across figures.
@@ -250,7 +250,7 @@ def study_figures(study: Study, other: Study | None, folder: Path) -> list[tuple
         figures.append(("curves", overlay(study, folder / "curves.png")))
     if study.scales_workers and study.runs.at[study.baseline, "status"] == OK:
         figures.append(("speedup", speedup(study, folder / "speedup.png")))
-    if study.is_grid and set(GRID_KEYS) <= set(study.varying):
+    if study.is_grid:
         figures.append(("grid", grid_heatmap(study, folder / "grid.png")))
     if study.sweep_key and len(study.ok) >= 2:
         figures.append(("sweep", sweep(study, folder / "sweep.png")))

@@ -92,8 +92,7 @@ class Study:
     @property
     def is_grid(self) -> bool:
         """The runs span nodes x processes and vary nothing else (B1, B2)."""
-        varying = set(self.varying)
-        return bool(varying) and varying <= set(GRID_KEYS)
+        return set(self.varying) == set(GRID_KEYS)
 
     @property
     def scales_workers(self) -> bool:
