@@ -17,9 +17,11 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/aggregate.smk"
+include: "rules/studies.smk"
 
 
 rule all:
     default_target: True
     input:
         rules.aggregate_runs.output.table,
+        special_study_outputs(),

@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 from dmls.spec import resolve_runs
 
 RESULTS = config["results_dir"]
+STUDIES_DIR = f"{RESULTS}/studies"
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
 
@@ -37,3 +38,12 @@ def spec_json(wildcards):
 
 def requested_gpus(wildcards):
     return run_spec(wildcards).requested_gpus
+
+
+def special_study_outputs():
+    """The target list of the special studies (B4, C, D1-D3): each enabled one's summary."""
+    return [
+        f"{STUDIES_DIR}/{name}/summary.json"
+        for name, cfg in config["special_studies"].items()
+        if cfg["enabled"]
+    ]
