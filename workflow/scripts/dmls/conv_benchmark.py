@@ -248,8 +248,8 @@ def _figure(rows: list[dict[str, Any]], depths: list[int], modes: list[str]):
             text = f"acc {r['test_accuracy']:.1%}" if r["status"] == "ok" else r["status"]
             ax.annotate(text, (x, 1.01), xycoords=("data", "axes fraction"), ha="center",
                         va="bottom", fontsize=8)  # fmt: skip
-        ax.set_yscale("log")
         if math.isfinite(shortest):  # bars start at 0, which a log axis can't show
+            ax.set_yscale("log")
             ax.set_ylim(bottom=shortest / 3)
         ax.set_xticks(list(xs), [MODES[m].title for m in modes], rotation=20, ha="right")
         ax.set_ylabel("seconds, summed over timed steps")
