@@ -327,7 +327,9 @@ def measure(
             opt.zero_grad(set_to_none=True)
             del x, y, loss
         states = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
-        optimizer_state = sum(t.nbytes for t in states if t.device == device)
+        # AdamW keeps its `step` counters on the CPU even for CUDA parameters: count what is
+        # on the measured device.
+        optimizer_state = sum(t.nbytes for t in states if t.device.type == device.type)
         weights = sum(p.nbytes for p in model.parameters())
     peak, marks, reserved = meter.readings()
     last = cfg["steps"] - 1
