@@ -101,7 +101,9 @@ NOTES = (
     "CPU memory is the profiler's count of bytes allocated minus freed inside the measured "
     "window, which starts before the model is built and so sees every tensor; GPU memory is "
     "torch.cuda.max_memory_allocated over the same window (the CUDA context and cached free "
-    "blocks are not in it).",
+    "blocks are not in it). Workspaces that CUDA libraries keep for the whole process "
+    "(cuBLAS) are allocated by an unmeasured warm-up and reported once, as "
+    "cuda_library_workspace_bytes.",
 )
 
 
@@ -347,6 +349,16 @@ def measure(
     }
 
 
+def cuda_library_workspaces(cfg: dict[str, Any]) -> int:
+    """Run each precision once, unmeasured, so the workspaces CUDA libraries keep for the
+    process's lifetime (cuBLAS's) exist before any measured window; return their bytes.
+    Otherwise the first measured combination alone would carry them."""
+    cuda = torch.device("cuda")
+    for precision in cfg["precisions"]:
+        measure(cuda, cfg["optimizers"][0], precision, "none", cfg)
+    return torch.cuda.memory_allocated(cuda)
+
+
 # --------------------------------------------------------------------------- study
 def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[str, Any]:
     torch.set_num_threads(threads)
@@ -356,6 +368,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[s
     table = activation_table(model)
     combos = list(itertools.product(cfg["optimizers"], cfg["precisions"], cfg["recompute"]))
     estimates = {c: estimate(n_params, table, *c, cfg["batch_size"]) for c in combos}
+    workspaces = cuda_library_workspaces(cfg) if torch.cuda.is_available() else None
     rows: list[dict[str, Any]] = []
     for device_name in ("cpu", "cuda"):
         for combo in combos:
@@ -387,6 +400,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[s
             "model_total": n_params,
         },
         "estimate": list(estimates.values()),
+        "cuda_library_workspace_bytes": workspaces,
         "notes": list(NOTES),
     }
 
