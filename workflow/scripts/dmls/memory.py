@@ -29,6 +29,7 @@ import functools
 import itertools
 import json
 import logging
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +52,8 @@ log = logging.getLogger(__name__)
 
 INPUT_SHAPE = (1, 32, 32)
 NUM_CLASSES = 10
-# LeNet-5 as the paper describes it: (layer, in, out, kernel); kernel None = fully connected.
+# LeNet-5's weighted layers, C3 fully connected to S2 as in models.LeNet5: (layer, in, out,
+# kernel), kernel None for a fully connected layer.
 LENET5_LAYERS = (
     ("conv1", 1, 6, 5), ("conv2", 6, 16, 5), ("conv3", 16, 120, 5),
     ("fc1", 120, 84, None), ("fc2", 84, 10, None),
@@ -160,19 +162,12 @@ def activation_table(model: LeNet5) -> list[dict[str, Any]]:
                              "block": b, "shape": tuple(x.shape[1:])})  # fmt: skip
     for i, row in enumerate(rows):
         last_of_block = i + 1 < len(rows) and rows[i + 1]["block"] != row["block"]
-        row["elements_per_sample"] = _numel(row["shape"])
+        row["elements_per_sample"] = math.prod(row["shape"])
         row["shape"] = "×".join(map(str, row["shape"]))
         row["kept_none"] = row["kind"] != "view"  # a view shares the storage of its base
         row["kept_selective"] = row["kind"] in ("input", "conv/linear")
         row["kept_full"] = row["kind"] == "input" or last_of_block  # the next block's input
     return rows
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def activation_elements(table: list[dict[str, Any]], recompute: str) -> tuple[int, int]:
