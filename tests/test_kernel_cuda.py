@@ -27,6 +27,14 @@ needs_cuda = pytest.mark.skipif(
 MAX_RELATIVE_ERROR = 1e-4
 
 
+@pytest.fixture(autouse=True)
+def float32_reference():
+    """PyTorch lets cuDNN use TF32 for float32 convolutions by default; not in the reference,
+    forward or backward."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        yield
+
+
 def random_case(seed: int) -> dict:
     """A random convolution the kernel supports: shape, kernel, stride and padding per axis."""
     g = torch.Generator().manual_seed(seed)
@@ -50,13 +58,12 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def reference(x, weight, bias, stride, padding):
-    """nn.Conv2d + ReLU with the same weights, in float32 on cuDNN (TF32 off)."""
+    """nn.Conv2d + ReLU with the same weights, in float32 on cuDNN."""
     conv = nn.Conv2d(x.shape[1], weight.shape[0], weight.shape[2:], stride, padding).cuda()
     with torch.no_grad():
         conv.weight.copy_(weight)
         conv.bias.copy_(bias)
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        return conv, F.relu(conv(x))
+    return conv, F.relu(conv(x))
 
 
 @needs_cuda
@@ -178,15 +185,14 @@ def test_a_fused_cnn_trains_like_the_baseline():
     x = torch.randn(32, 1, 28, 28, device="cuda", generator=g)
     y = torch.randint(0, 10, (32,), device="cuda", generator=g)
     losses = {}
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        for name, model in (("baseline", baseline), ("fused", fused)):
-            opt = torch.optim.SGD(model.parameters(), lr=0.05)
-            for _ in range(5):
-                loss = F.cross_entropy(model(x), y)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            losses[name] = loss.item()
+    for name, model in (("baseline", baseline), ("fused", fused)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for _ in range(5):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        losses[name] = loss.item()
     assert losses["fused"] == pytest.approx(losses["baseline"], rel=1e-4)
 
 
