@@ -21,6 +21,7 @@ include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/aggregate.smk"
 include: "rules/report.smk"
+include: "rules/studies.smk"
 
 
 rule all:
@@ -28,3 +29,4 @@ rule all:
     input:
         rules.aggregate_runs.output.table,
         rules.render_report.output.html,
+        special_study_outputs(),

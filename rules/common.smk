@@ -9,6 +9,7 @@ from dmls.report.study import run_labels
 from dmls.spec import resolve_runs
 
 RESULTS = config["results_dir"]
+STUDIES_DIR = f"{RESULTS}/studies"
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
 # Study -> its run ids, in config order; only studies with runs get a report section.
@@ -78,3 +79,12 @@ def study_title(wildcards, params):
 
 def curve_labels(wildcards, params):
     return params.labels[wildcards.run]
+
+
+def special_study_outputs():
+    """The target list of the special studies (B4, C, D1-D3): each enabled one's summary."""
+    return [
+        f"{STUDIES_DIR}/{name}/summary.json"
+        for name, cfg in config["special_studies"].items()
+        if cfg["enabled"]
+    ]

@@ -9,12 +9,16 @@ import pandas as pd
 import pytest
 
 from conftest import EXPECTED_RUNS, ROOT
+from dmls.io import read_json
 
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "tools"))
 # Sections of the report, in order: A2 is drawn from A1's runs, right after it.
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
+SPECIAL_STUDY_RULES = (
+    "profile_b_model", "fused_conv_benchmark", "lenet_memory", "spare_failure", "float32_bytes",
+)  # fmt: skip
 
 
 def snakemake(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -32,9 +36,10 @@ def test_dry_run_of_the_default_config_plans_every_run():
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
     assert counts["train"] == EXPECTED_TRAIN_JOBS
-    assert counts["prepare_data"] == 2  # cifar10 and tabular
+    assert counts["prepare_data"] == 3  # cifar10, tabular, and fashion_mnist for study C
     assert counts["aggregate_runs"] == 1
     assert counts["report_study"] == len(EXPECTED_RUNS) and counts["render_report"] == 1
+    assert all(counts[rule] == 1 for rule in SPECIAL_STUDY_RULES)
 
 
 def test_lint_is_clean():
@@ -102,6 +107,7 @@ def test_the_test_config_runs_end_to_end(dag):
     run_dir = results / "runs" / "parallelism" / "ddp_2gpu"
     assert (run_dir / "history.csv").exists() and (run_dir / "model.pt").exists()
     assert "epoch 2/2" in (run_dir / "train.log").read_text()
+    assert_special_studies(results / "studies")
 
 
 @pytest.mark.e2e
@@ -151,3 +157,23 @@ def test_snakemakes_own_report_builds(dag):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert target.stat().st_size > 100_000
+
+
+def assert_special_studies(studies: Path) -> None:
+    """B4, C, D1-D3 on the .test config: CPU parts ok, GPU parts skipped with the reason."""
+    summaries = {d.name: read_json(d / "summary.json") for d in studies.iterdir()}
+    assert set(summaries) == {"profiler", "fused_conv", "lenet_memory", "spare_failure",
+                              "float32_bytes"}  # fmt: skip
+    for summary in summaries.values():
+        assert summary["status"] == "ok", summary["rows"]
+        skipped = [r for r in summary["rows"] if r["status"] == "skipped"]
+        assert all(r["device"] == "cuda" and r["reason"] for r in skipped)
+    profiler = summaries["profiler"]
+    assert sum(r["status"] == "ok" for r in profiler["rows"]) == 4  # 4 activations on the CPU
+    assert len(list((studies / "profiler" / "traces").glob("cpu_*.json.gz"))) == 4
+    fused = {(r["depth"], r["mode"]): r for r in summaries["fused_conv"]["rows"]}
+    assert fused[(10, "cpu")]["status"] == "ok" and fused[(10, "cpu")]["forward_time_s"] > 0
+    memory = summaries["lenet_memory"]
+    assert memory["parameters"]["model_total"] == memory["parameters"]["closed_form_total"]
+    assert all(r["within_ci"] for r in summaries["spare_failure"]["rows"])
+    assert summaries["float32_bytes"]["rows"][0]["bits_hex"] == "0x3885005A"

@@ -1,0 +1,105 @@
+# The special studies (B4, C, D1-D3): not training runs of the engine but small scripts over
+# the same models and data, each writing results/studies/<name>/ (config `special_studies`).
+# Their target list is special_study_outputs() in common.smk.
+
+
+# Profiles and timings take every core Snakemake may use, like the training runs.
+TIMED_THREADS = workflow.cores if config["exclusive_runs"] else 1
+
+
+rule profile_b_model:
+    """B4. torch.profiler over test batches of the B model: time and memory per module."""
+    input:
+        manifest=f"{RESULTS}/data/tabular.json",
+    output:
+        summary=f"{STUDIES_DIR}/profiler/summary.json",
+        modules=f"{STUDIES_DIR}/profiler/modules.csv",
+        measurements=f"{STUDIES_DIR}/profiler/measurements.csv",
+        figure=f"{STUDIES_DIR}/profiler/profile.png",
+        traces=directory(f"{STUDIES_DIR}/profiler/traces"),
+    log:
+        f"{RESULTS}/logs/studies/profiler.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: TIMED_THREADS
+    params:
+        study="profiler",
+        cfg=config["special_studies"]["profiler"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
+rule fused_conv_benchmark:
+    """C. CNNs with cuDNN, the FusedConvReLU kernel, cuDNN disabled, and on the CPU."""
+    input:
+        manifest=f"{RESULTS}/data/{config['special_studies']['fused_conv']['dataset']}.json",
+    output:
+        summary=f"{STUDIES_DIR}/fused_conv/summary.json",
+        results=f"{STUDIES_DIR}/fused_conv/results.csv",
+        figure=f"{STUDIES_DIR}/fused_conv/times.png",
+    log:
+        f"{RESULTS}/logs/studies/fused_conv.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: TIMED_THREADS
+    params:
+        study="fused_conv",
+        cfg=config["special_studies"]["fused_conv"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
+rule lenet_memory:
+    """D1. LeNet-5 parameters and training memory: closed-form estimate vs measured peaks."""
+    output:
+        summary=f"{STUDIES_DIR}/lenet_memory/summary.json",
+        parameters=f"{STUDIES_DIR}/lenet_memory/parameters.csv",
+        activations=f"{STUDIES_DIR}/lenet_memory/activations.csv",
+        estimate=f"{STUDIES_DIR}/lenet_memory/estimate.csv",
+        measured=f"{STUDIES_DIR}/lenet_memory/measured.csv",
+        figure=f"{STUDIES_DIR}/lenet_memory/memory.png",
+    log:
+        f"{RESULTS}/logs/studies/lenet_memory.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: TIMED_THREADS
+    params:
+        study="lenet_memory",
+        cfg=config["special_studies"]["lenet_memory"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
+rule spare_failure:
+    """D2. Failure probability without and with a spare: closed forms vs Monte Carlo."""
+    output:
+        summary=f"{STUDIES_DIR}/spare_failure/summary.json",
+        vectors=f"{STUDIES_DIR}/spare_failure/vectors.csv",
+        curve=f"{STUDIES_DIR}/spare_failure/curve.csv",
+        figure=f"{STUDIES_DIR}/spare_failure/failure_vs_n.png",
+    log:
+        f"{RESULTS}/logs/studies/spare_failure.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        study="spare_failure",
+        cfg=config["special_studies"]["spare_failure"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
+rule float32_bytes:
+    """D3. IEEE-754 bits and byte orders of a float32, computed on this host."""
+    output:
+        summary=f"{STUDIES_DIR}/float32_bytes/summary.json",
+        table=f"{STUDIES_DIR}/float32_bytes/bytes.csv",
+        figure=f"{STUDIES_DIR}/float32_bytes/bits.png",
+    log:
+        f"{RESULTS}/logs/studies/float32_bytes.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        study="float32_bytes",
+        cfg=config["special_studies"]["float32_bytes"],
+    script:
+        "../workflow/scripts/run_special_study.py"

@@ -1,0 +1,1 @@
+"""Custom kernels: C++/CUDA sources next to the Python that compiles, wraps and checks them."""

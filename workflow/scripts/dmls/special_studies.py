@@ -1,0 +1,104 @@
+"""The studies that are not training runs of the engine: B4 (profiler), C (fused kernel),
+D1–D3 (the written assignment's computable parts).
+
+Each study is a function `run(cfg, out_dir, *, data_dir, threads)` in its own module that
+writes its tables and figures into `out_dir` and returns its rows, each with a status (`ok`,
+`skipped` where this host can't do that part, or `failed`) and a reason. `run_study` adds what
+every summary carries (config, host, versions, timing) and writes `summary.json` last.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import conv_benchmark, floats, memory, profiling, reliability
+from .hardware import Host, describe
+from .io import write_json
+
+STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
+    "profiler": profiling.run,
+    "fused_conv": conv_benchmark.run,
+    "lenet_memory": memory.run,
+    "spare_failure": reliability.run,
+    "float32_bytes": floats.run,
+}
+SUMMARY_VERSION = 1
+
+
+class StudyIncomplete(RuntimeError):
+    """Raised under `strict` when a study skipped or failed a part."""
+
+
+def overall_status(rows: list[dict[str, Any]]) -> str:
+    """failed if any part failed; skipped if every part was; else ok (with its skips listed)."""
+    statuses = {r["status"] for r in rows}
+    if "failed" in statuses:
+        return "failed"
+    return "skipped" if statuses == {"skipped"} else "ok"
+
+
+def run_study(
+    name: str,
+    cfg: dict[str, Any],
+    out_dir: Path,
+    *,
+    data_dir: Path | None = None,
+    threads: int = 1,
+    strict: bool = False,
+) -> dict[str, Any]:
+    """Run one study into `out_dir` and write its summary.json; return the summary."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started, start = dt.datetime.now(dt.UTC), time.perf_counter()
+    result = STUDIES[name](cfg, out_dir, data_dir=data_dir, threads=threads)
+    rows = result["rows"]
+    host = Host.probe()
+    summary = {
+        "summary_version": SUMMARY_VERSION,
+        "study": name,
+        "title": cfg["title"],
+        "status": overall_status(rows),
+        "counts": dict(Counter(r["status"] for r in rows)),
+        **result,
+        "config": cfg,
+        "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **describe()},
+        "threads": threads,
+        "started_at": started.isoformat(timespec="seconds"),
+        "wall_time_s": time.perf_counter() - start,
+    }
+    write_json(out_dir / "summary.json", summary)
+    incomplete = [r for r in rows if r["status"] != "ok"]
+    if strict and incomplete:
+        raise StudyIncomplete(
+            f"{name}: {len(incomplete)} part(s) not ok, first: {incomplete[0]['reason']}"
+        )
+    return summary
+
+
+def main_from_snakemake(snakemake: Any) -> None:
+    """Entry of the special-study rules (`params.study` names the study)."""
+    manifest = getattr(snakemake.input, "manifest", None)
+    with open(snakemake.log[0], "w") as log:
+        sys.stderr = log  # warnings and tracebacks belong in the rule's log too
+        logging.basicConfig(
+            stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        try:
+            run_study(
+                snakemake.params.study,
+                snakemake.params.cfg,
+                Path(snakemake.output.summary).parent,
+                data_dir=Path(manifest).parent if manifest else None,
+                threads=snakemake.threads,
+                strict=snakemake.config["strict"],
+            )
+        except Exception:
+            logging.exception("study %s failed", snakemake.params.study)
+            raise
