@@ -55,10 +55,12 @@ rule render_report:
     """The one self-contained HTML page: header, every study's section, the all-runs table."""
     input:
         sections=expand(f"{RESULTS}/report/{{study}}/section.json", study=STUDY_RUNS),
+        specials=special_study_outputs(),
         runs=rules.aggregate_runs.output.table,
         metrics=all_run_metrics(),
         manifests=all_manifests(),
         template="report/report.html.j2",
+        special="report/special.html.j2",
         captions="report/captions.html.j2",
         css="report/report.css",
         texts="report/studies.yaml",

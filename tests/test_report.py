@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT, make_spec
 from dmls.aggregate import collect
 from dmls.io import write_json
-from dmls.report import html, observations, section
+from dmls.report import html, observations, section, special
 from dmls.report.study import MIB, ReportError, Study, run_labels, varying_settings
 
 
@@ -314,6 +314,7 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         template_dir=ROOT / "report",
         texts_path=ROOT / "report" / "studies.yaml",
         section_paths=[tmp_path / "parallelism" / "section.json"],
+        special_paths=[],
         runs_csv=runs_csv,
         metrics_paths=metrics_paths,
         manifest_paths=[manifest],
@@ -336,12 +337,51 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
 def test_every_study_of_the_config_has_its_text():
     texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    covered = {entry.get("from") or entry["study"] for entry in texts["sections"]}
-    assert set(config["studies"]) <= covered
+    runs = {e.get("from") or e["study"] for e in texts["sections"] if "special" not in e}
+    assert set(config["studies"]) <= runs
     assert {e["study"] for e in texts["sections"] if "from" in e} == {"overfitting"}
+    specials = {e["special"] for e in texts["sections"] if "special" in e}
+    assert specials == set(config["special_studies"])
 
 
 def test_rst_captions_of_the_rules_exist():
     rules = (ROOT / "rules" / "report.smk").read_text()
     for caption in re.findall(r'caption="\.\./(report/[\w.]+)"', rules):
         assert Path(ROOT / caption).is_file(), caption
+
+
+def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
+    folder = tmp_path / "fused_conv"
+    folder.mkdir()
+    write_json(
+        folder / "summary.json",
+        {
+            "study": "fused_conv",
+            "title": "C. FusedConvReLU",
+            "status": "ok",
+            "host": {"hostname": "h", "gpus": [], "torch": "2.14"},
+            "rows": [
+                {
+                    "device": "cuda",
+                    "depth": 2,
+                    "mode": "fused",
+                    "status": "skipped",
+                    "reason": "'fused' needs a CUDA GPU",
+                },
+                {"device": "cpu", "depth": 2, "mode": "cpu", "status": "ok", "reason": None},
+            ],
+        },
+    )
+    (folder / "results.csv").write_text(
+        "depth,title,status,reason,device_name,fused_layers,epochs,forward_time_s,"
+        "backward_time_s,test_accuracy\n"
+        "2,FusedConvReLU kernel,skipped,'fused' needs a CUDA GPU,,,,,,\n"
+        '2,"baseline, CPU",ok,,cpu,0,1,0.06531,0.0693,0.9012\n'
+    )
+    section = special.load(folder / "summary.json")
+    table = section["tables"][0]
+    skipped, ok = table["rows"]
+    assert skipped["reason"] == "'fused' needs a CUDA GPU"
+    assert skipped["cells"] == ["2", "FusedConvReLU kernel"] + [""] * 6
+    assert ok["cells"][-3:] == ["0.06531", "0.0693", "0.9012"]
+    assert section["skipped"] == ["cuda 2 fused: skipped — 'fused' needs a CUDA GPU"]

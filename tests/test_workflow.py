@@ -15,6 +15,7 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "tools"))
 # Sections of the report, in order: A2 is drawn from A1's runs, right after it.
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
+SPECIAL_STUDIES = ["profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes"]
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
     "profile_b_model", "fused_conv_benchmark", "lenet_memory", "spare_failure", "float32_bytes",
@@ -113,8 +114,11 @@ def test_the_test_config_runs_end_to_end(dag):
 @pytest.mark.e2e
 def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     page = (dag / "report" / "report.html").read_text()
-    for study in [*EXPECTED_RUNS, "overfitting", "all-runs"]:
+    for study in [*EXPECTED_RUNS, "overfitting", *SPECIAL_STUDIES, "all-runs"]:
         assert f'<section id="{study}"' in page, study
+    # The special studies: CUDA rows skipped with their reason, CPU rows with numbers.
+    assert "&#39;fused&#39; needs a CUDA GPU; this host has none" in page
+    assert "0x3885005A" in page and 'download="cpu_relu.json.gz"' in page
     # Self-contained: no file or network reference, every image inlined.
     assert not re.search(r'(src|href)="(?!data:|#)', page)
     figures = len(re.findall(r'<img src="data:image/png;base64,', page))
@@ -141,7 +145,7 @@ def test_the_report_renders_in_a_real_browser_offline(dag):
 
     evidence = ROOT / "results" / "evidence" / "report.png"
     facts = screenshot(dag / "report" / "report.html", evidence)
-    assert facts["sections"] == [*EXPECTED_RUNS_IN_REPORT_ORDER, "all-runs"]
+    assert facts["sections"] == [*EXPECTED_RUNS_IN_REPORT_ORDER, *SPECIAL_STUDIES, "all-runs"]
     assert facts["height"] > 20000 and facts["broken_images"] == 0
     assert facts["images"] >= EXPECTED_TRAIN_JOBS
     assert [m for m in facts["console"] if m["level"] == "SEVERE"] == []

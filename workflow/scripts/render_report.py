@@ -13,6 +13,7 @@ page = render(
     template_dir=Path(smk.input.template).parent,
     texts_path=Path(smk.input.texts),
     section_paths=[Path(p) for p in smk.input.sections],
+    special_paths=[Path(p) for p in smk.input.specials],
     runs_csv=Path(smk.input.runs),
     metrics_paths=[Path(p) for p in smk.input.metrics],
     manifest_paths=[Path(p) for p in smk.input.manifests],

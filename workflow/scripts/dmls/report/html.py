@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 
 from ..io import read_json
+from . import special
 from .study import MIB, OK
 
 # Columns of the all-runs table, in this order (the full table is runs.csv, linked from it).
@@ -161,23 +162,51 @@ def load_section(path: Path) -> dict[str, Any]:
     return section
 
 
-def arrange(sections: list[dict[str, Any]], texts: dict[str, Any]) -> list[dict[str, Any]]:
+def load_special(path: Path) -> dict[str, Any]:
+    """A special study's section with its figures and downloads inlined as data URIs."""
+    section = special.load(path)
+    section["figures"] = [data_uri(Path(f), "image/png") for f in section["figures"]]
+    section["downloads"] = [
+        {"name": Path(f).name, "href": data_uri(Path(f), "application/gzip")}
+        for f in section["downloads"]
+    ]
+    return section
+
+
+def arrange(
+    sections: list[dict[str, Any]], specials: list[dict[str, Any]], texts: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Sections in the order of report/studies.yaml, each with its text; A2 is drawn from A1's
     runs. Studies the text file doesn't know come last, with their numbers only."""
     by_key = {s["key"]: s for s in sections}
+    special_by_key = {s["key"]: s for s in specials}
     out = []
     for entry in texts["sections"]:
+        if "special" in entry:
+            if entry["special"] in special_by_key:
+                out.append(_item(entry, special_by_key[entry["special"]], kind="special"))
+            continue
         source = by_key.get(entry.get("from") or entry["study"])
         if source is not None:
-            out.append(_item(entry, source, derived="from" in entry))
-    known = {e.get("from") or e["study"] for e in texts["sections"]}
-    out += [_item({"study": k}, s, derived=False) for k, s in by_key.items() if k not in known]
+            out.append(_item(entry, source, kind="derived" if "from" in entry else "runs"))
+    known = {e.get("from") or e.get("study") for e in texts["sections"]}
+    known |= {e["special"] for e in texts["sections"] if "special" in e}
+    out += [_item({"study": k}, s, kind="runs") for k, s in by_key.items() if k not in known]
+    out += [
+        _item({"study": k}, s, kind="special") for k, s in special_by_key.items() if k not in known
+    ]
     return out
 
 
-def _item(entry: dict[str, Any], section: dict[str, Any], derived: bool) -> dict[str, Any]:
-    text = {"title": section["title"], "question": None, "background": [], "course_reference": None}
-    return {"entry": text | entry, "section": section, "derived": derived}
+def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str, Any]:
+    text = {
+        "study": entry.get("special") or entry.get("study"),
+        "title": section["title"],
+        "question": None,
+        "background": [],
+        "course_reference": None,
+    }
+    return {"entry": text | entry, "section": section, "kind": kind}
 
 
 def render(
@@ -185,6 +214,7 @@ def render(
     template_dir: Path,
     texts_path: Path,
     section_paths: list[Path],
+    special_paths: list[Path],
     runs_csv: Path,
     metrics_paths: list[Path],
     manifest_paths: list[Path],
@@ -216,7 +246,11 @@ def render(
             if m["derived"].get("nodes_emulated") and m["status"] == OK
         ],
         "statuses": statuses,
-        "sections": arrange([load_section(p) for p in section_paths], texts),
+        "sections": arrange(
+            [load_section(p) for p in section_paths],
+            [load_special(p) for p in special_paths],
+            texts,
+        ),
         "intro": texts["intro"],
         "all_runs": all_runs(frame),
         "runs_csv_uri": data_uri(runs_csv, "text/csv"),

@@ -1,0 +1,172 @@
+"""Report sections of the special studies (B4, C, D1-D3) from their results/studies/<name>/ files.
+
+Each study wrote a summary.json (status per row, with the reason where a part could not run),
+CSV tables and PNG figures (dmls.special_studies); this module only selects and formats them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..io import read_json
+
+# Per study: the tables to show, as (caption, CSV file, columns; None = all of them).
+TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
+    "profiler": [
+        (
+            "Time and memory per module kind over the profiled test batches "
+            "(mean and standard deviation over the repeats)",
+            "modules.csv",
+            None,
+        ),
+    ],
+    "fused_conv": [
+        (
+            "Forward and backward time (warm-up excluded) and test accuracy per network and mode",
+            "results.csv",
+            [
+                "depth",
+                "title",
+                "status",
+                "reason",
+                "device_name",
+                "fused_layers",
+                "epochs",
+                "forward_time_s",
+                "backward_time_s",
+                "test_accuracy",
+            ],
+        ),
+    ],
+    "lenet_memory": [
+        ("Parameters per layer: the model against the closed form", "parameters.csv", None),
+        ("Training-memory estimate (bytes)", "estimate.csv", None),
+        (
+            "Measured peaks against the estimate (bytes)",
+            "measured.csv",
+            [
+                "device",
+                "optimizer",
+                "precision",
+                "recompute",
+                "status",
+                "reason",
+                "peak_bytes",
+                "estimate_total_bytes",
+                "difference_bytes",
+                "measured_over_estimate",
+            ],
+        ),
+    ],
+    "spare_failure": [
+        ("Closed forms against Monte Carlo, per failure-probability vector", "vectors.csv", None),
+    ],
+    "float32_bytes": [("The bytes of the float32 in both byte orders", "bytes.csv", None)],
+}
+# Facts of a single-row summary shown as a definition list (D3).
+FACTS = {
+    "float32_bytes": [
+        "value",
+        "bits_hex",
+        "bits_binary",
+        "sign",
+        "exponent_biased",
+        "exponent",
+        "fraction_hex",
+        "significand",
+        "stored_value_exact",
+        "stored_value_fraction",
+        "relative_rounding_error",
+        "bytes_little_endian",
+        "bytes_big_endian",
+        "round_trip_little_endian",
+        "round_trip_big_endian",
+        "round_trip_exact",
+        "host_byte_order",
+        "native_matches",
+    ],
+}
+# Columns that name a row rather than measure it: kept for rows that have no numbers.
+IDENTIFIERS = {
+    "depth",
+    "device",
+    "mode",
+    "title",
+    "activation",
+    "kind",
+    "optimizer",
+    "precision",
+    "recompute",
+    "device_name",
+}
+# Files the report offers for download (inlined), relative to the study's folder.
+DOWNLOADS = {"profiler": "traces/*.json.gz"}
+
+
+def load(summary_path: Path) -> dict[str, Any]:
+    """One special study's section: its tables, facts, figures and downloads."""
+    folder = Path(summary_path).parent
+    summary = read_json(summary_path)
+    key = summary["study"]
+    tables = [
+        _table(caption, pd.read_csv(folder / name), columns)
+        for caption, name, columns in TABLES.get(key, [])
+        if (folder / name).exists()
+    ]
+    row = summary["rows"][0] if summary["rows"] else {}
+    facts = [(k, row[k]) for k in FACTS.get(key, []) if k in row and row.get("status") == "ok"]
+    return {
+        "key": key,
+        "title": summary["title"],
+        "status": summary["status"],
+        "skipped": [
+            f"{_row_name(r)}: {r['status']} — {r['reason']}"
+            for r in summary["rows"]
+            if r["status"] != "ok"
+        ],
+        "notes": summary.get("notes") or [],
+        "tables": tables,
+        "facts": facts,
+        "figures": sorted(str(p) for p in folder.glob("*.png")),
+        "downloads": sorted(str(p) for p in folder.glob(DOWNLOADS.get(key, "-"))),
+        "host": summary["host"],
+    }
+
+
+def _table(caption: str, frame: pd.DataFrame, columns: list[str] | None) -> dict[str, Any]:
+    """A CSV as rows of text; a row whose status is not ok keeps its reason and no numbers."""
+    frame = frame[[c for c in (columns or frame.columns) if c in frame.columns]]
+    has_status = "status" in frame.columns
+    shown = [c for c in frame.columns if c not in ("status", "reason")]
+    rows = []
+    for _, row in frame.iterrows():
+        ok = not has_status or row["status"] == "ok"
+        rows.append(
+            {
+                "status": row["status"] if has_status else "ok",
+                "reason": "" if ok else str(row.get("reason", "")),
+                "cells": [_cell(row[c]) if ok or c in IDENTIFIERS else "" for c in shown],
+            }
+        )
+    return {"caption": caption, "columns": shown, "status": has_status, "rows": rows}
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.4g}"
+    return str(value)
+
+
+def _row_name(row: dict[str, Any]) -> str:
+    keys = ("device", "activation", "depth", "mode", "optimizer", "precision", "recompute")
+    return " ".join(str(row[k]) for k in keys if k in row)
