@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT
 from dmls.cluster import expand_hostlist, status_check_problem
@@ -31,6 +32,12 @@ B_RUNS = [
     for run in ("n1xp1", "n1xp2", "n2xp1", "n2xp2")
 ]
 MULTI_NODE = [run_id for run_id in B_RUNS if "/n2x" in run_id]
+# Two more B1 runs that ask for GPUs: each test node has two that are no devices, so Slurm
+# places these as on a GPU cluster, and the pipeline then skips them for want of CUDA.
+GPU_RUNS = {
+    "gpu_n1xp2": {"nproc_per_node": 2, "device": "cuda"},
+    "gpu_n2xp1": {"nodes": 2, "device": "cuda"},
+}
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: \S+/rule_(\w+?)/(\S+)/")
 
 
@@ -70,9 +77,7 @@ def targets(results: Path, run_ids: list[str]) -> list[str]:
 def on_slurm(results: Path, *args: str, timeout: int) -> tuple[subprocess.CompletedProcess, float]:
     return snakemake(
         "--profile", "profiles/slurm", *STATUS_CHECKS,
-        "--slurm-logdir", str(results / "slurm_logs"),
-        "--configfile", ".test/config.yaml", "--config", f"results_dir={results}", *args,
-        timeout=timeout,
+        "--slurm-logdir", str(results / "slurm_logs"), *args, timeout=timeout,
     )  # fmt: skip
 
 
@@ -83,11 +88,17 @@ def submitted_jobs(output: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def slurm_b(slurm_cluster, tmp_path_factory):
-    """The B1 and B2 runs of the .test config, every job through Slurm."""
+    """The B1 and B2 runs of the .test config and the GPU runs, every job through Slurm."""
     results = tmp_path_factory.mktemp("slurm")
-    out, seconds = on_slurm(results, *targets(results, B_RUNS), timeout=1200)
+    gpu_config = results / "gpu_runs.yaml"
+    gpu_config.write_text(yaml.safe_dump({"studies": {"cluster_torchrun": {"runs": GPU_RUNS}}}))
+    run_ids = B_RUNS + [f"cluster_torchrun/{run}" for run in GPU_RUNS]
+    out, seconds = on_slurm(
+        results, "--configfile", ".test/config.yaml", str(gpu_config), "--config",
+        f"results_dir={results}", *targets(results, run_ids), timeout=1200,
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-5000:]
-    metrics = {run_id: read_json(results / "runs" / run_id / "metrics.json") for run_id in B_RUNS}
+    metrics = {run_id: read_json(results / "runs" / run_id / "metrics.json") for run_id in run_ids}
     return results, metrics, submitted_jobs(out.stderr), seconds
 
 
@@ -134,25 +145,45 @@ def test_status_checks_that_could_never_see_a_job_end_are_refused(slurm_cluster,
 
 def test_every_job_went_through_slurm(slurm_b, capsys):
     _, metrics, submitted, seconds = slurm_b
-    # Every B run and the data preparation, each its own Slurm job.
+    # Every run and the data preparation, each its own Slurm job.
     assert set(submitted) == {"prepare_data/tabular"} | {
-        f"train/{run_id.replace('/', '_')}" for run_id in B_RUNS
+        f"train/{run_id.replace('/', '_')}" for run_id in metrics
     }
     assert len(set(submitted.values())) == len(submitted)
-    lines = [f"Slurm DAG of the B1/B2 runs: {seconds:.0f} s"]
+    lines = [f"Slurm DAG of the B1/B2 runs and 2 GPU runs: {seconds:.0f} s"]
     for run_id, m in metrics.items():
         job_id = submitted[f"train/{run_id.replace('/', '_')}"]
-        assert m["status"] == "ok" and m["slurm"]["job_id"] == job_id
-        assert {r["slurm_job_id"] for r in m["ranks"]} == {job_id}
-        placement = " ".join(f"rank{r['rank']}@{r['slurm_node']}" for r in m["ranks"])
-        lines.append(f"  {run_id:<28} job {job_id:>4}  {placement}")
+        assert m["slurm"]["job_id"] == job_id
+        assert {r["slurm_job_id"] for r in m.get("ranks", [])} <= {job_id}
+        placement = " ".join(f"rank{r['rank']}@{r['slurm_node']}" for r in m.get("ranks", []))
+        lines.append(f"  {run_id:<28} job {job_id:>4}  {m['status']:<7} {placement or m['reason']}")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
 
 
+def test_gpu_runs_get_their_gpus_per_node_from_slurm(slurm_b):
+    _, metrics, submitted, _ = slurm_b
+    for run, gpus_per_node in (("gpu_n1xp2", 2), ("gpu_n2xp1", 1)):
+        m = metrics[f"cluster_torchrun/{run}"]
+        nodes = GPU_RUNS[run].get("nodes", 1)
+        job = subprocess.run(
+            ["scontrol", "show", "job", submitted[f"train/cluster_torchrun_{run}"]],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert f"TresPerNode=gres:gpu:{gpus_per_node}" in job and f"NumNodes={nodes} " in job
+        # One task per node, not the plugin's --ntasks-per-gpu (its issues #316, #459).
+        assert f"NumTasks={nodes} " in job and "NtasksPerTRES" not in job
+        assert len(m["slurm"]["nodes"]) == nodes and not m["derived"]["nodes_emulated"]
+        # Each node has its GPUs, but this host no CUDA: the run is skipped with the reason.
+        assert m["status"] == "skipped"
+        assert f"needs {gpus_per_node} CUDA GPU(s) on this host" in m["reason"]
+
+
 def test_multi_node_runs_ran_on_two_slurm_nodes(slurm_b):
     _, metrics, _, _ = slurm_b
-    for run_id, m in metrics.items():
+    for run_id in B_RUNS:
+        m = metrics[run_id]
+        assert m["status"] == "ok", (run_id, m.get("reason"))
         spec, ranks = m["spec"], m["ranks"]
         assert m["world_size"] == len(ranks) == spec["nodes"] * spec["nproc_per_node"]
         assert not m["derived"]["nodes_emulated"]
@@ -184,8 +215,9 @@ def test_a_failing_job_is_reported_failed_promptly(slurm_b):
     run_id = "cluster_precision/fp8_n1xp1"  # fp8 on a CPU: skipped, which `strict` fails
     # One attempt: the profile's retry would only repeat the same failure.
     out, seconds = on_slurm(
-        results, "strict=True", "--retries", "0", *targets(results, [run_id]), timeout=600
-    )
+        results, "--configfile", ".test/config.yaml", "--config", f"results_dir={results}",
+        "strict=True", "--retries", "0", *targets(results, [run_id]), timeout=600,
+    )  # fmt: skip
     assert out.returncode != 0
     job_id = submitted_jobs(out.stderr)[f"train/{run_id.replace('/', '_')}"]
     assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out.stderr
