@@ -88,21 +88,18 @@ def test_slurm_nodes_get_one_srun_with_one_agent_per_node():
 
 
 def test_the_agent_of_a_later_node_joins_the_first_nodes_rendezvous():
-    spec = make_spec(launcher="torchrun", nodes=2, nproc_per_node=2, device="cpu")
-    cmd = agent_command(
-        spec, ARGS, device="cpu", node_rank=1, master_addr="node1", port=20042,
-        threads_per_process=2,
-    )  # fmt: skip
+    def second_node(launcher):
+        spec = make_spec(launcher=launcher, nodes=2, nproc_per_node=2, device="cpu")
+        return agent_command(
+            spec, ARGS, device="cpu", node_rank=1, master_addr="node1", port=20042,
+            threads_per_process=2,
+        )  # fmt: skip
+
+    cmd = second_node("torchrun")
     f = flags(cmd.argv)
     assert f["--rdzv_endpoint"] == "node1:20042" and f["--rdzv_conf"] == "is_host=false"
     assert f["--nnodes"] == "2" and f["--nproc_per_node"] == "2"
     assert cmd.env["OMP_NUM_THREADS"] == "2"
-
-    spec = make_spec(launcher="accelerate", nodes=2, nproc_per_node=2, device="cpu")
-    cmd = agent_command(
-        spec, ARGS, device="cpu", node_rank=1, master_addr="node1", port=20042,
-        threads_per_process=2,
-    )  # fmt: skip
-    f = flags(cmd.argv)
+    f = flags(second_node("accelerate").argv)
     assert f["--machine_rank"] == "1" and f["--main_process_ip"] == "node1"
     assert f["--num_processes"] == "4" and f["--num_machines"] == "2"
