@@ -24,6 +24,11 @@ include: "rules/report.smk"
 include: "rules/studies.smk"
 
 
+# Under a cluster executor, collecting the runs' files takes a second: no job to queue for.
+localrules:
+    aggregate_runs,
+
+
 rule all:
     default_target: True
     input:

@@ -5,6 +5,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
+from snakemake.exceptions import WorkflowError
+
+from dmls.cluster import job_resources, status_check_problem
 from dmls.report.study import run_labels
 from dmls.spec import resolve_runs
 
@@ -51,10 +54,6 @@ def spec_json(wildcards):
     return run_spec(wildcards).to_json()
 
 
-def requested_gpus(wildcards):
-    return run_spec(wildcards).requested_gpus
-
-
 def study_metrics(wildcards):
     """The metrics files of one study's runs, in config order."""
     return [
@@ -88,3 +87,44 @@ def special_study_outputs():
         for name, cfg in config["special_studies"].items()
         if cfg["enabled"]
     ]
+
+
+def on_cluster():
+    """Whether jobs go to a cluster executor (Slurm): submitted from here, or running in one."""
+    return workflow.non_local_exec or workflow.remote_exec
+
+
+def run_resource(name):
+    """One of the `train` rule's resources (dmls.cluster.job_resources sizes them all), as the
+    Slurm executor plugin names it."""
+
+    def resource(wildcards, attempt):
+        resources = job_resources(run_spec(wildcards), config["cluster"], attempt)
+        return resources.rule_resources(on_cluster=on_cluster())[name]
+
+    return resource
+
+
+def run_threads(wildcards):
+    """CPU threads of a run on each of its nodes. A cluster job gets the CPUs it asked for, to
+    itself; a local run takes every core when runs must not share them (`exclusive_runs`).
+    """
+    if on_cluster():
+        return job_resources(run_spec(wildcards), config["cluster"]).cpus_per_task
+    return workflow.cores if config["exclusive_runs"] else 1
+
+
+def check_slurm_status_checks():
+    """Under Slurm, fail now with the fix rather than wait forever for jobs that ended."""
+    if workflow.executor_plugin.name != "slurm":
+        return
+    settings = workflow.executor_settings
+    problem = status_check_problem(
+        settings.status_command, settings.init_seconds_before_status_checks
+    )
+    if problem:
+        raise WorkflowError(problem)
+
+
+onstart:
+    check_slurm_status_checks()

@@ -8,12 +8,21 @@ rule train:
         f"{RESULTS}/runs/{{study}}/{{run}}/train.log",
     conda:
         "../envs/pipeline.yaml"
-    # Runs are timed and compared: each takes every core Snakemake may use, so no two runs
-    # (or any other job) share cores or GPUs. Snakemake does not assign GPU ids; the GPU
-    # resource lets a cluster executor request the cards and `--resources gpu=N` cap them.
-    threads: workflow.cores if config["exclusive_runs"] else 1
+    # Runs are timed and compared: locally each takes every core Snakemake may use, so no two
+    # runs (or any other job) share cores or GPUs; on Slurm each gets the CPUs it asked for.
+    # Snakemake does not assign GPU ids; locally `--resources gpu=N` caps the GPUs in use.
+    threads: run_threads
+    # What the run asks Slurm for, derived from its spec and the config's `cluster` section.
     resources:
-        gpu=requested_gpus,
+        nodes=run_resource("nodes"),
+        tasks=run_resource("tasks"),
+        mpi=run_resource("mpi"),
+        cpus_per_task=run_resource("cpus_per_task"),
+        mem_mb=run_resource("mem_mb"),
+        runtime=run_resource("runtime"),
+        gpu=run_resource("gpu"),
+        gres=run_resource("gres"),
+        tasks_per_gpu=run_resource("tasks_per_gpu"),
     params:
         # The resolved spec is a param, so changing a run's config re-runs that run only.
         spec=spec_json,

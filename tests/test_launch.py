@@ -3,7 +3,7 @@
 import sys
 
 from conftest import make_spec
-from dmls.launch import WORKER, build_commands
+from dmls.launch import NODE_AGENT, WORKER, agent_command, build_commands
 
 ARGS = ["--spec", "{}", "--data-dir", "d", "--run-dir", "r"]
 
@@ -71,3 +71,35 @@ def test_accelerate_single_process_on_cpu():
     (cmd,) = build_commands(spec, ARGS, device="cpu", port=1, threads=2)
     f = flags(cmd.argv)
     assert "--cpu" in f and "--multi_gpu" not in f and f["--num_processes"] == "1"
+
+
+def test_slurm_nodes_get_one_srun_with_one_agent_per_node():
+    spec = make_spec(launcher="torchrun", nodes=2, nproc_per_node=2, device="cpu")
+    (cmd,) = build_commands(spec, ARGS, device="cpu", port=20042, threads=4, srun=True)
+    assert cmd.argv[0] == "srun"
+    f = flags(cmd.argv)
+    assert f["--nodes"] == f["--ntasks"] == "2" and f["--ntasks-per-node"] == "1"
+    assert f["--cpus-per-task"] == "4" and "--kill-on-bad-exit=1" in cmd.argv
+    assert cmd.argv[cmd.argv.index(str(NODE_AGENT)) - 1] == sys.executable
+    assert f["--port"] == "20042" and f["--device"] == "cpu"
+    # 4 threads on each node, shared by that node's 2 processes (not by all 4).
+    assert f["--threads-per-process"] == "2"
+    assert cmd.argv[-len(ARGS) - 1 :] == ["--", *ARGS]
+
+
+def test_the_agent_of_a_later_node_joins_the_first_nodes_rendezvous():
+    def second_node(launcher):
+        spec = make_spec(launcher=launcher, nodes=2, nproc_per_node=2, device="cpu")
+        return agent_command(
+            spec, ARGS, device="cpu", node_rank=1, master_addr="node1", port=20042,
+            threads_per_process=2,
+        )  # fmt: skip
+
+    cmd = second_node("torchrun")
+    f = flags(cmd.argv)
+    assert f["--rdzv_endpoint"] == "node1:20042" and f["--rdzv_conf"] == "is_host=false"
+    assert f["--nnodes"] == "2" and f["--nproc_per_node"] == "2"
+    assert cmd.env["OMP_NUM_THREADS"] == "2"
+    f = flags(second_node("accelerate").argv)
+    assert f["--machine_rank"] == "1" and f["--main_process_ip"] == "node1"
+    assert f["--num_processes"] == "4" and f["--num_machines"] == "2"

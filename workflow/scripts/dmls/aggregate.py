@@ -16,6 +16,7 @@ SUMMARY_COLUMNS = [
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "best_test_accuracy",
     "train_time_s", "wall_time_s", "samples_per_s", "peak_gpu_mem_allocated_bytes",
     "peak_gpu_mem_reserved_bytes", "peak_host_rss_bytes", "gpu_names", "hostnames",
+    "slurm_job_id",
 ]  # fmt: skip
 
 
@@ -27,6 +28,7 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
         "status": metrics["status"],
         "reason": metrics.get("reason"),
         **metrics["derived"],
+        "slurm_job_id": (metrics.get("slurm") or {}).get("job_id"),
     }
     ran = metrics["status"] in ("ok", "diverged")
     if ran:

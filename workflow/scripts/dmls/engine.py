@@ -519,6 +519,7 @@ def _rank_facts(env: Distributed, spec: RunSpec) -> dict[str, Any]:
         "node_rank": env.node_rank,
         "hostname": socket.gethostname(),
         "slurm_node": os.environ.get("SLURMD_NODENAME"),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "device": str(env.device),
         "gpus": gpus,
         # ru_maxrss is in KiB on Linux; DataLoader workers are separate processes, not counted.

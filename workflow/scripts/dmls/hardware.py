@@ -52,15 +52,17 @@ def resolved_device(spec: RunSpec, host: Host) -> str:
     return spec.device
 
 
-def gpus_needed(spec: RunSpec, host: Host) -> int:
-    """GPUs this run occupies on this host (emulated nodes all live here)."""
-    if spec.requested_gpus:
-        return spec.requested_gpus
-    return spec.replicas if resolved_device(spec, host) == "cuda" else 0
+def gpus_needed(spec: RunSpec, host: Host, nodes_here: int) -> int:
+    """GPUs this run occupies on this host, which holds `nodes_here` of its nodes (emulated
+    nodes all live here; Slurm nodes one each)."""
+    if not (spec.requested_gpus or resolved_device(spec, host) == "cuda"):
+        return 0
+    return spec.replicas // spec.nodes * nodes_here
 
 
-def missing_requirement(spec: RunSpec, host: Host) -> str | None:
-    """Why this host can't run `spec` (with how to fix it), or None when it can."""
+def missing_requirement(spec: RunSpec, host: Host, *, nodes_here: int) -> str | None:
+    """Why this host, holding `nodes_here` of the run's nodes, can't run `spec` (with how to fix
+    it), or None when it can."""
     device = resolved_device(spec, host)
     fix = "run it on a machine that has them, or use the CPU preset (--configfile config/cpu.yaml)"
     if spec.launcher == "dp" and device != "cuda":
@@ -72,7 +74,7 @@ def missing_requirement(spec: RunSpec, host: Host) -> str | None:
         return f"backend 'nccl' runs on CUDA devices only; this run's device is {device} ({fix})"
     if spec.backend == "nccl" and not host.nccl_available:
         return "backend 'nccl' is not available in this torch build (use 'gloo')"
-    needed = gpus_needed(spec, host)
+    needed = gpus_needed(spec, host, nodes_here)
     if needed > host.gpu_count:
         found = f"{host.gpu_count} {list(host.cuda_devices)}" if host.gpu_count else "0"
         return f"needs {needed} CUDA GPU(s) on this host, found {found} ({fix})"

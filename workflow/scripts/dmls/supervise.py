@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import launch
+from .cluster import SlurmError, SlurmJob
 from .hardware import Host, describe, missing_requirement, resolved_device
 from .io import read_json, write_json
 from .spec import RunSpec
@@ -69,19 +70,33 @@ def run(
             "nodes_emulated": spec.nodes > 1,
         },
         "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **describe()},
+        "slurm": None,
         "started_at": _now(),
     }
+    try:
+        slurm = SlurmJob.current()
+    except SlurmError as e:
+        reason = f"can't tell the nodes of Slurm job {os.environ['SLURM_JOB_ID']}: {e}"
+        print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
+        return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
+    # Nodes of this Slurm allocation run one agent each; otherwise all are emulated here.
+    srun = slurm is not None and slurm.hosts(spec)
+    if slurm:
+        record["slurm"] = {"job_id": slurm.job_id, "nodes": list(slurm.nodes)}
+        record["derived"]["nodes_emulated"] = spec.nodes > 1 and not srun
 
-    reason = missing_requirement(spec, host) or _data_problem(spec, data_dir)
+    nodes_here = 1 if srun else spec.nodes
+    reason = missing_requirement(spec, host, nodes_here=nodes_here) or _data_problem(spec, data_dir)
     if reason:
         print(f"SKIPPED {spec.run_id}: {reason}", file=log, flush=True)
         return _finish(run_dir, record | {"status": "skipped", "reason": reason}, strict)
 
-    port = launch.free_port()
+    port = slurm.rendezvous_port if srun else launch.free_port()
     worker_args = ["--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir)]
     commands = launch.build_commands(
-        spec, worker_args, device=record["derived"]["device"], port=port, threads=threads
-    )
+        spec, worker_args, device=record["derived"]["device"], port=port, threads=threads,
+        srun=srun,
+    )  # fmt: skip
     record["launch"] = {
         "commands": [c.argv for c in commands],
         "env": [c.env for c in commands],
@@ -112,8 +127,8 @@ def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
 
 
 def _start_and_wait(commands: list[launch.Command], log: IO[str]) -> tuple[list[int], float]:
-    """Start every command (one per emulated node) and wait for all; if one fails, stop the
-    others rather than let them wait for a peer that is gone."""
+    """Start every command (one per emulated node, or one srun) and wait for all; if one fails,
+    stop the others rather than let them wait for a peer that is gone."""
     start = time.perf_counter()
     procs = []
     for command in commands:
