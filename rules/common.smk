@@ -1,10 +1,5 @@
 # Helpers shared by the rules: the config expanded into runs, and per-run inputs/resources.
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
-
 from dmls.spec import resolve_runs
 
 RESULTS = config["results_dir"]
