@@ -4,13 +4,18 @@ The supervisor decides whether this host can run the spec (else: `skipped`, with
 how to fix it), starts the launcher command(s), streams their output to the run's log, and turns
 the worker's result, or its error, into the run's metrics file. With `strict`, a run that is
 skipped or fails raises instead, so Snakemake fails the job.
+
+A launcher killed from outside (`kill -9`, a preemption) is no result: the job fails without a
+metrics file, and the rerun resumes from the run's checkpoint (dmls/checkpoint.py).
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +23,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from . import launch
+from . import checkpoint, launch
+from . import data as datasets
+from .faults import ENV as FAULT_ENV
+from .faults import Fault
 from .hardware import Host, describe, missing_requirement, resolved_device
 from .io import read_json, write_json
 from .spec import RunSpec
@@ -28,10 +36,19 @@ HISTORY_COLUMNS = (
     "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
     "train_time_s", "eval_time_s", "lr",
 )  # fmt: skip
+# How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
+STOP_GRACE_S = 15
+# How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
+# peer, which is a consequence of the failure, not its cause.
+LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|timeout", re.I)
 
 
 class RunFailed(RuntimeError):
     """Raised in strict mode for a run that was skipped or failed."""
+
+
+class RunInterrupted(RuntimeError):
+    """A launcher was killed from outside the run; the job fails so that a rerun resumes."""
 
 
 def _now() -> str:
@@ -43,12 +60,15 @@ def run(
     *,
     run_dir: Path,
     data_dir: Path,
+    checkpoint_path: Path,
     log: IO[str],
     threads: int,
     strict: bool = False,
     exclusive: bool = True,
 ) -> dict[str, Any]:
-    """Run `spec`, write `<run_dir>/metrics.json` and return its content."""
+    """Run `spec`, resuming from `checkpoint_path` when it holds this spec's last finished
+    epoch; write `<run_dir>/metrics.json` and return its content."""
+    fault = Fault.from_env()  # a mistyped drill stops here, before anything starts
     run_dir.mkdir(parents=True, exist_ok=True)
     # Files a previous attempt may have left; Snakemake only removes the declared output.
     for name in ("worker.json", "history.csv", "model.pt"):
@@ -77,8 +97,12 @@ def run(
         print(f"SKIPPED {spec.run_id}: {reason}", file=log, flush=True)
         return _finish(run_dir, record | {"status": "skipped", "reason": reason}, strict)
 
+    datasets.verify(data_dir, spec.dataset)
     port = launch.free_port()
-    worker_args = ["--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir)]
+    worker_args = [
+        "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+        "--checkpoint", str(checkpoint_path),
+    ]  # fmt: skip
     commands = launch.build_commands(
         spec, worker_args, device=record["derived"]["device"], port=port, threads=threads
     )
@@ -89,19 +113,37 @@ def run(
         # Whether Snakemake gave this run the host to itself (config `exclusive_runs`).
         "exclusive": exclusive,
         "load_average_before": os.getloadavg(),
+        "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
     }
-    exit_codes, seconds = _start_and_wait(commands, log)
+    exit_codes, seconds, first_failure = _start_and_wait(commands, log)
     record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
 
+    if first_failure is not None and first_failure < 0:
+        resume = (
+            f"from its last finished epoch ({checkpoint_path})"
+            if checkpoint_path.exists()
+            else "from epoch 1 (no epoch had finished)"
+        )
+        message = (
+            f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
+            "from outside the run (kill, preemption, OOM killer). That is no result, so none "
+            f"is recorded: rerun the workflow and the run resumes {resume}"
+        )
+        print(f"INTERRUPTED {message}", file=log, flush=True)
+        raise RunInterrupted(message)
     if any(exit_codes) or not (run_dir / "worker.json").exists():
-        reason = _failure_reason(run_dir, exit_codes)
+        reason = _failure_reason(run_dir, exit_codes, spec.processes)
         print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
+        # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
         return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
 
     result = read_json(run_dir / "worker.json")
     (run_dir / "worker.json").unlink()
     _write_history(run_dir / "history.csv", result["history"])
-    return _finish(run_dir, record | result, strict)
+    record = _finish(run_dir, record | result, strict)
+    # Only now, with its result on disk: the run has ended, nothing is left to resume.
+    checkpoint_path.unlink(missing_ok=True)
+    return record
 
 
 def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
@@ -111,9 +153,12 @@ def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
     return None
 
 
-def _start_and_wait(commands: list[launch.Command], log: IO[str]) -> tuple[list[int], float]:
+def _start_and_wait(
+    commands: list[launch.Command], log: IO[str]
+) -> tuple[list[int], float, int | None]:
     """Start every command (one per emulated node) and wait for all; if one fails, stop the
-    others rather than let them wait for a peer that is gone."""
+    others rather than let them wait for a peer that is gone. Returns the exit codes, the
+    seconds taken and the exit code of the first launcher that failed (None if none did)."""
     start = time.perf_counter()
     procs = []
     for command in commands:
@@ -125,29 +170,59 @@ def _start_and_wait(commands: list[launch.Command], log: IO[str]) -> tuple[list[
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so it can be stopped whole
+                # If this supervisor dies (its job is cancelled), the launcher stops too.
+                preexec_fn=functools.partial(launch.die_with_parent, signal.SIGTERM),
             )
         )
-    codes: list[int | None] = [None] * len(procs)
-    while any(c is None for c in codes):
-        for i, proc in enumerate(procs):
-            if codes[i] is None:
-                codes[i] = proc.poll()
-        if any(c not in (None, 0) for c in codes):
-            for i, proc in enumerate(procs):
-                if codes[i] is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    codes[i] = proc.wait()
+    first_failure = None
+    while None in (codes := [proc.poll() for proc in procs]):
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed and first_failure is None:
+            first_failure = failed[0]
+            _stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
         time.sleep(0.2)
-    return [int(c) for c in codes], time.perf_counter() - start
+    if first_failure is None:
+        first_failure = next((c for c in codes if c != 0), None)
+    return [int(c) for c in codes], time.perf_counter() - start, first_failure
 
 
-def _failure_reason(run_dir: Path, exit_codes: list[int]) -> str:
-    errors = sorted(run_dir.glob("error-rank*.json"), key=lambda p: p.stat().st_mtime)
-    if errors:
-        first = read_json(errors[0])
-        return f"rank {first['rank']} raised {first['error']}"
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each launcher's process group; SIGKILL what is left after the grace period."""
+    for proc in procs:
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _failure_reason(run_dir: Path, exit_codes: list[int], world_size: int) -> str:
+    """The cause, not its consequences: when one rank fails, its peers fail too (a lost
+    connection, a timeout) or are stopped by the launcher without a word."""
+    reports = sorted(
+        (read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"]
+    )
+    causes = [r for r in reports if not LOST_PEER.search(r["error"])]
+    if causes:
+        return f"rank {causes[0]['rank']} raised {causes[0]['error']}"
+    silent = sorted(set(range(world_size)) - {r["rank"] for r in reports})
+    if reports and silent:
+        return (
+            f"rank {', '.join(map(str, silent))} ended without a Python error (killed by a "
+            "signal, e.g. by the OOM killer, or crashed in native code; the launcher's summary "
+            f"at the end of train.log has its exit code); then rank {reports[0]['rank']} "
+            f"raised {reports[0]['error']}"
+        )
+    if reports:
+        return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
     if any(exit_codes):
-        return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
+        return (
+            f"launcher exited with codes {exit_codes} and no rank reported an error (a rank "
+            "was killed by a signal or crashed in native code; see the end of train.log)"
+        )
     return "every process exited 0 but rank 0 wrote no result (see log)"
 
 
@@ -176,6 +251,8 @@ def main_from_snakemake(snakemake: Any) -> None:
             spec,
             run_dir=run_dir,
             data_dir=Path(snakemake.input.manifest).parent,
+            # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
+            checkpoint_path=checkpoint.path_for(snakemake.config["results_dir"], spec),
             log=log,
             threads=snakemake.threads,
             strict=snakemake.config["strict"],
