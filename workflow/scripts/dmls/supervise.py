@@ -16,6 +16,7 @@ import datetime as dt
 import functools
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -162,7 +163,8 @@ def _start_and_wait(
     start = time.perf_counter()
     procs = []
     for command in commands:
-        print("$ " + " ".join(command.argv), file=log, flush=True)
+        # Quoted as a shell would need it, so the line can be pasted; nothing runs in a shell.
+        print("$ " + shlex.join(command.argv), file=log, flush=True)
         procs.append(
             subprocess.Popen(
                 command.argv,
