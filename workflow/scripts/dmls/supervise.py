@@ -245,6 +245,9 @@ def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, An
 
 def main_from_snakemake(snakemake: Any) -> None:
     """Entry for the `train` rule's `script:`."""
+    # If Snakemake is killed, stop too (and the launchers with us): a run finished behind its
+    # back would be marked incomplete and trained again from scratch, its checkpoint gone.
+    launch.die_with_parent(signal.SIGTERM)
     spec = RunSpec.from_json(snakemake.params.spec)
     run_dir = Path(snakemake.output.metrics).parent
     with open(snakemake.log[0], "w") as log:
