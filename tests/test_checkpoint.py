@@ -23,10 +23,10 @@ from dmls.spec import resolve_runs
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 # Two more runs of B1 (2-rank DDP on CPU, over config/config.yaml). Batch norm, Adam with
 # OneCycle, fp16 with its GradScaler: every kind of state a checkpoint holds. Epochs long
-# enough (~0.3 s) to be killed in the middle.
+# enough (64 steps) to be killed in the middle.
 CONFIG = {
     "exclusive_runs": False,
-    "data": {"tabular": {"synthetic": {"n_train": 2048, "n_test": 256, "seed": 0}}},
+    "data": {"tabular": {"synthetic": {"n_train": 1024, "n_test": 256, "seed": 0}}},
     "studies": {
         "cluster_torchrun": {
             "base": {
