@@ -11,6 +11,7 @@ metrics file, and the rerun resumes from the run's checkpoint (dmls/checkpoint.p
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import functools
@@ -190,14 +191,19 @@ def _start_and_wait(
 
 def _stop(procs: list[subprocess.Popen]) -> None:
     """SIGTERM each launcher's process group; SIGKILL what is left after the grace period."""
+
+    def signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
+            os.killpg(proc.pid, sig)
+
     for proc in procs:
-        os.killpg(proc.pid, signal.SIGTERM)
+        signal_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     for proc in procs:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc, signal.SIGKILL)
             proc.wait()
 
 
