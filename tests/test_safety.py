@@ -68,13 +68,13 @@ def test_the_checkers_catch_what_they_look_for():
     assert unquoted_shell_values(rule) == ["{params.spec}"]
 
 
+def problems(paths: list[Path], check) -> dict[str, list[str]]:
+    return {str(p.relative_to(ROOT)): found for p in paths if (found := check(p.read_text()))}
+
+
 def test_pipeline_code_evaluates_nothing_and_uses_no_shell():
-    problems = {
-        str(path.relative_to(ROOT)): found
-        for path in SOURCES
-        if (found := unsafe_calls(path.read_text()))
-    }
-    assert problems == {}
+    assert ROOT / "workflow" / "scripts" / "dmls" / "supervise.py" in SOURCES
+    assert problems(SOURCES, unsafe_calls) == {}
     # Checkpoints are loaded, always with weights_only=True.
     assert (
         'torch.load(path, map_location="cpu", weights_only=True)'
@@ -83,14 +83,5 @@ def test_pipeline_code_evaluates_nothing_and_uses_no_shell():
 
 
 def test_config_values_in_shell_directives_are_quoted():
-    problems = {
-        str(path.relative_to(ROOT)): found
-        for path in SNAKEFILES
-        if (found := unquoted_shell_values(path.read_text()))
-    }
-    assert problems == {}
-
-
-def test_sources_are_where_the_scan_looks():
-    assert ROOT / "workflow" / "scripts" / "dmls" / "supervise.py" in SOURCES
-    assert all(Path(p).exists() for p in SNAKEFILES) and len(SNAKEFILES) >= 5
+    assert all(p.exists() for p in SNAKEFILES) and len(SNAKEFILES) >= 5
+    assert problems(SNAKEFILES, unquoted_shell_values) == {}
