@@ -9,6 +9,7 @@ import pytest
 from conftest import make_spec
 from dmls import supervise
 from dmls.faults import Fault
+from dmls.io import write_json
 
 DDP = dict(
     dataset="tabular", model={"name": "mlp", "hidden": 16}, device="cpu", backend="gloo",
@@ -45,10 +46,9 @@ def test_a_dead_rank_fails_the_run_within_60_s_and_is_named(
     print(f"{kind}: the run ended {seconds_to_failure:.1f} s after rank 1 died")
     assert seconds_to_failure < 60
     assert metrics["status"] == "failed"
+    how = "was killed by SIGKILL" if kind == "kill" else "exited with code 13"
     assert metrics["reason"].startswith(
-        "rank 1 ended without a Python error (killed by a signal, e.g. by the OOM killer, or "
-        "crashed in native code; the launcher's summary at the end of train.log has its exit "
-        "code)"
+        f"rank 1 {how} without a Python error (see the end of train.log)"
     )
     assert metrics["launch"]["fault"] == f"rank=1,epoch=2,kind={kind}"
     # torchrun's summary at the end of the log says how rank 1 ended.
@@ -56,6 +56,50 @@ def test_a_dead_rank_fails_the_run_within_60_s_and_is_named(
     assert ("Signal 9 (SIGKILL) received by PID" if kind == "kill" else "exitcode  : 13 ") in log
     # Epoch 1 finished before the fault: a rerun resumes from it.
     assert checkpoint_path.exists()
+
+
+# The summary torchrun printed when rank 1 was killed and it stopped rank 0 (SIGTERM).
+SUMMARY = """Failures:
+[1]:
+  time      : 2026-11-26_08:16:53
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4136)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 4136
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-26_08:16:53
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4137)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4137
+"""
+LOST = "RuntimeError: [pair.cc:545] Read error [127.0.0.1]:1: Connection reset by peer"
+
+
+def test_the_reason_names_the_rank_that_failed_not_the_peers_that_lost_it(tmp_path):
+    def reason(*reports, output=SUMMARY):
+        for path in tmp_path.glob("error-rank*.json"):
+            path.unlink()
+        for rank, time_s, error in reports:
+            write_json(
+                tmp_path / f"error-rank{rank}.json", {"rank": rank, "time": time_s, "error": error}
+            )
+        return supervise._failure_reason(tmp_path, [1], output)
+
+    killed = "rank 1 was killed by SIGKILL without a Python error (see the end of train.log)"
+    # Whether rank 0 noticed the lost peer before torchrun stopped it is a race: either way.
+    assert reason() == killed
+    assert reason((0, 5.0, LOST)) == f"{killed}; then rank 0 raised {LOST}"
+    # A rank that raised is the cause even if a peer's report came first.
+    fault = "InjectedFault: injected fault"
+    assert reason((0, 5.0, LOST), (1, 6.0, fault), output="") == f"rank 1 raised {fault}"
+    assert reason(output="") == (
+        "launcher exited with codes [1] and no rank reported an error (see log)"
+    )
 
 
 def test_nan_loss_on_one_rank_stops_every_rank_as_diverged_at_that_epoch(

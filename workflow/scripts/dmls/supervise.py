@@ -43,6 +43,11 @@ STOP_GRACE_S = 15
 # How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
 # peer, which is a consequence of the failure, not its cause.
 LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|timeout", re.I)
+# How torchrun and accelerate launch (torch.distributed.elastic) list a failed rank in the
+# summary that ends their output: "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: …".
+ELASTIC_FAILURE = re.compile(
+    r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M
+)
 
 
 class RunFailed(RuntimeError):
@@ -134,7 +139,8 @@ def run(
         print(f"INTERRUPTED {message}", file=log, flush=True)
         raise RunInterrupted(message)
     if any(exit_codes) or not (run_dir / "worker.json").exists():
-        reason = _failure_reason(run_dir, exit_codes, spec.processes)
+        launcher_output = Path(log.name).read_text(errors="replace")
+        reason = _failure_reason(run_dir, exit_codes, launcher_output)
         print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
         # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
         return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
@@ -207,31 +213,45 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def _failure_reason(run_dir: Path, exit_codes: list[int], world_size: int) -> str:
+def _failure_reason(run_dir: Path, exit_codes: list[int], launcher_output: str) -> str:
     """The cause, not its consequences: when one rank fails, its peers fail too (a lost
-    connection, a timeout) or are stopped by the launcher without a word."""
+    connection, a timeout) or are stopped by the launcher (SIGTERM) without a word."""
     reports = sorted(
         (read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"]
     )
     causes = [r for r in reports if not LOST_PEER.search(r["error"])]
     if causes:
         return f"rank {causes[0]['rank']} raised {causes[0]['error']}"
-    silent = sorted(set(range(world_size)) - {r["rank"] for r in reports})
-    if reports and silent:
-        return (
-            f"rank {', '.join(map(str, silent))} ended without a Python error (killed by a "
-            "signal, e.g. by the OOM killer, or crashed in native code; the launcher's summary "
-            f"at the end of train.log has its exit code); then rank {reports[0]['rank']} "
-            f"raised {reports[0]['error']}"
+    then = f"; then rank {reports[0]['rank']} raised {reports[0]['error']}" if reports else ""
+    # A rank killed by a signal or crashed in native code leaves no report: the launcher's
+    # summary says how it ended.
+    silent = {
+        rank: code
+        for rank, code in _elastic_exit_codes(launcher_output).items()
+        if rank not in {r["rank"] for r in reports} and code != -signal.SIGTERM
+    }
+    if silent:
+        rank, code = min(silent.items())
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code < 0
+            else f"exited with code {code}"
         )
+        return f"rank {rank} {how} without a Python error (see the end of train.log){then}"
     if reports:
         return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
     if any(exit_codes):
-        return (
-            f"launcher exited with codes {exit_codes} and no rank reported an error (a rank "
-            "was killed by a signal or crashed in native code; see the end of train.log)"
-        )
+        return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
     return "every process exited 0 but rank 0 wrote no result (see log)"
+
+
+def _elastic_exit_codes(launcher_output: str) -> dict[int, int]:
+    """rank -> exit code of each failed rank in the summary torchrun and accelerate launch
+    (torch.distributed.elastic) print when a rank fails."""
+    codes: dict[int, int] = {}
+    for rank, code in ELASTIC_FAILURE.findall(launcher_output):
+        codes.setdefault(int(rank), int(code))
+    return codes
 
 
 def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
