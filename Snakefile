@@ -2,7 +2,14 @@
 # config key -> rule -> script: studies live in config/config.yaml, runs are expanded in
 # rules/common.smk, and every run is the same engine (workflow/scripts/dmls/engine.py).
 
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version, validate
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+
+from dmls.spec import check_config
 
 min_version("9.0")
 
@@ -10,6 +17,9 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# Every config error at once, each naming its key and what is allowed there; then Snakemake's
+# validate fills in the schema's defaults.
+check_config(config)
 validate(config, "config/schemas/config.schema.yaml")
 
 

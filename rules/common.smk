@@ -1,10 +1,5 @@
 # Helpers shared by the rules: the config expanded into runs, and per-run inputs/resources.
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
-
 from snakemake.exceptions import WorkflowError
 
 from dmls.cluster import job_resources, status_check_problem

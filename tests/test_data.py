@@ -354,12 +354,20 @@ def test_tabular_round_trip(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ds.y_test, arrays["test_y.npy"])
 
 
-def test_tabular_wrong_columns(tmp_path: Path) -> None:
-    _write_tabular(tmp_path, train_x=np.zeros((30, 100), np.float32))
-    with pytest.raises(DataError) as e:
-        data.read_tabular_dir(tmp_path)
-    msg = str(e.value)
-    assert str(tmp_path / "train_x.npy") in msg and "(30, 100)" in msg and "(N, 512)" in msg
+def test_tabular_wrong_shape_or_dtype_names_the_file_and_shapes(tmp_path: Path) -> None:
+    cases = [
+        ({"train_x": np.zeros((30, 100), np.float32)},
+         "train_x.npy: shape (30, 100), expected (N, 512) with N > 0"),
+        ({"train_x": np.zeros((30, 512), np.int64)},
+         "train_x.npy: dtype int64, expected a floating dtype (e.g. float32)"),
+        ({"test_y": np.zeros((10, 2), np.int64)},
+         "test_y.npy: shape (10, 2), expected (10,) to match test_x.npy"),
+    ]  # fmt: skip
+    for override, message in cases:
+        _write_tabular(tmp_path, **override)
+        with pytest.raises(DataError) as e:
+            data.read_tabular_dir(tmp_path)
+        assert str(e.value) == f"{tmp_path}/{message}"
 
 
 def test_tabular_float_labels(tmp_path: Path) -> None:
@@ -439,6 +447,42 @@ def test_prepare_synthetic_cifar_and_tabular(tmp_path: Path) -> None:
 def test_unknown_dataset(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="unknown dataset 'mnist'"):
         data.prepare("mnist", {}, tmp_path)
+
+
+def test_a_missing_or_corrupt_prepared_dataset_names_the_file_and_checksums(
+    tmp_path: Path,
+) -> None:
+    from conftest import make_spec
+    from dmls import supervise
+
+    manifest = data.prepare("tabular", {"synthetic": {"n_train": 40, "n_test": 20}}, tmp_path)
+    data.verify(tmp_path, "tabular")  # intact
+    npz, json_path = tmp_path / "tabular.npz", tmp_path / "tabular.json"
+    blob = bytearray(npz.read_bytes())
+    blob[-100] ^= 0xFF
+    npz.write_bytes(bytes(blob))
+    actual = data._file_digest(npz, "sha256")
+    redo = f"re-create it: snakemake --forcerun {json_path}"
+    with pytest.raises(DataError) as e:
+        data.verify(tmp_path, "tabular")
+    assert str(e.value) == (
+        f"{npz} is corrupt or was changed after it was prepared: sha256 {actual}, expected "
+        f"{manifest['sha256']} (recorded in {json_path}); {redo}"
+    )
+    # The supervisor checks before it starts anything.
+    spec = make_spec(dataset="tabular", model={"name": "mlp"}, device="cpu", backend="gloo")
+    with pytest.raises(DataError, match="is corrupt"), open(tmp_path / "log", "w") as log:
+        supervise.run(
+            spec, run_dir=tmp_path / "run", data_dir=tmp_path,
+            checkpoint_path=tmp_path / "c.pt", log=log, threads=1,
+        )  # fmt: skip
+    assert "$ " not in (tmp_path / "log").read_text()
+    npz.unlink()
+    with pytest.raises(DataError) as e:
+        data.verify(tmp_path, "tabular")
+    assert str(e.value) == (
+        f"{npz} is missing, but {json_path} records it (sha256 {manifest['sha256']}); {redo}"
+    )
 
 
 def test_load_missing_manifest(tmp_path: Path) -> None:

@@ -19,7 +19,13 @@ def run(tmp_path, data_dir, name, strict=True, **overrides):
     run_dir.mkdir()
     with open(run_dir / "train.log", "w") as log:
         metrics = supervise.run(
-            spec, run_dir=run_dir, data_dir=data_dir, log=log, threads=2, strict=strict
+            spec,
+            run_dir=run_dir,
+            data_dir=data_dir,
+            checkpoint_path=tmp_path / "checkpoints" / f"{name}.pt",
+            log=log,
+            threads=2,
+            strict=strict,
         )
     return metrics, run_dir
 

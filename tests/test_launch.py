@@ -1,5 +1,7 @@
 """Each launcher builds the command a student would type, as an argument list."""
 
+import shlex
+import shutil
 import sys
 
 from conftest import make_spec
@@ -103,3 +105,48 @@ def test_the_agent_of_a_later_node_joins_the_first_nodes_rendezvous():
     f = flags(second_node("accelerate").argv)
     assert f["--machine_rank"] == "1" and f["--main_process_ip"] == "node1"
     assert f["--num_processes"] == "4" and f["--num_machines"] == "2"
+
+
+# Strings a shell would act on. Config can't produce them (the schema forbids them in run
+# names and results_dir), but commands must not depend on that.
+HOSTILE = ["a b", "it's", 'say "hi"', "$(touch pwned)", "`touch pwned`", "x; touch pwned", "|&>*"]
+
+
+def test_hostile_strings_stay_single_words_of_every_command():
+    from dataclasses import replace
+
+    for launcher, nproc in (("single", 1), ("dp", 2), ("torchrun", 2), ("accelerate", 2)):
+        spec = replace(make_spec(launcher=launcher, nproc_per_node=nproc), run="r; touch pwned")
+        args = [word for value in HOSTILE for word in ("--x", value)]
+        for cmd in build_commands(spec, args, device="cpu", port=1, threads=2):
+            assert cmd.argv[-len(args) :] == args
+            assert all(isinstance(word, str) for word in cmd.argv)
+            # What the log shows is quoted so that a shell would give back the same words.
+            assert shlex.split(shlex.join(cmd.argv)) == cmd.argv
+
+
+def test_hostile_paths_and_names_reach_the_worker_intact_and_no_shell_runs(
+    tmp_path, tabular_dir, monkeypatch
+):
+    from dataclasses import replace
+
+    from dmls import supervise
+
+    monkeypatch.chdir(tmp_path)  # where a shell would have created the files
+    data_dir = tmp_path / "d $(touch pwned1) `touch pwned2`; touch pwned3 'q\""
+    shutil.copytree(tabular_dir, data_dir)
+    spec = make_spec(
+        dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu", epochs=1,
+        num_workers=0, run="x",
+    )  # fmt: skip
+    spec = replace(spec, run="r $(touch pwned4); touch pwned5")
+    with open(tmp_path / "train.log", "w") as log:
+        metrics = supervise.run(
+            spec, run_dir=tmp_path / "run dir", data_dir=data_dir,
+            checkpoint_path=tmp_path / "c.pt", log=log, threads=1,
+        )  # fmt: skip
+    assert metrics["status"] == "ok" and metrics["run"] == spec.run
+    assert not list(tmp_path.glob("pwned*"))
+    (logged,) = [line for line in (tmp_path / "train.log").open() if line.startswith("$ ")]
+    assert shlex.split(logged[2:]) == metrics["launch"]["commands"][0]
+    assert str(data_dir) in metrics["launch"]["commands"][0]

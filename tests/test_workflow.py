@@ -43,6 +43,18 @@ def test_dry_run_of_the_default_config_plans_every_run():
     assert all(counts[rule] == 1 for rule in SPECIAL_STUDY_RULES)
 
 
+def test_a_bad_config_stops_snakemake_before_any_job_with_the_key_and_what_is_allowed(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("studies:\n  optimizer: {runs: {lamb: {optimizer: {name: lamb}}}}\n")
+    out = snakemake("--cores", "1", "--configfile", str(bad), "--config", f"results_dir={tmp_path}")
+    assert out.returncode == 1
+    assert (
+        "invalid run spec:\n  studies.optimizer.runs.lamb.optimizer.name: 'lamb' is not "
+        "allowed; allowed: sgd, adam, adamw, rmsprop\n"
+    ) in out.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.yaml"]  # no job ran
+
+
 def test_lint_is_clean():
     out = snakemake("--lint")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -632,3 +632,20 @@ def load(out_dir: Path, name: str) -> Dataset:
     if len(arrays["x_train"]) != manifest["n_train"] or len(arrays["x_test"]) != manifest["n_test"]:
         raise DataError(f"{npz_path} does not match {manifest_path}; re-run the data rule")
     return Dataset(manifest=manifest, **arrays)
+
+
+def verify(out_dir: Path, name: str) -> None:
+    """Check a prepared dataset's .npz against the SHA-256 its manifest records."""
+    manifest_path, npz_path = Path(out_dir) / f"{name}.json", Path(out_dir) / f"{name}.npz"
+    expected = json.loads(manifest_path.read_text())["sha256"]
+    redo = f"re-create it: snakemake --forcerun {manifest_path}"
+    if not npz_path.is_file():
+        raise DataError(
+            f"{npz_path} is missing, but {manifest_path} records it (sha256 {expected}); {redo}"
+        )
+    actual = _file_digest(npz_path, "sha256")
+    if actual != expected:
+        raise DataError(
+            f"{npz_path} is corrupt or was changed after it was prepared: sha256 {actual}, "
+            f"expected {expected} (recorded in {manifest_path}); {redo}"
+        )

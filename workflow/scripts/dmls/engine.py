@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 from tqdm import tqdm
 
+from . import checkpoint
 from . import data as datasets
+from .faults import Fault
 from .models import build_model
 from .spec import FP8_MULTIPLE, RunSpec
 
@@ -299,6 +301,21 @@ def _convert_to_float8(model: nn.Module) -> int:
 
 
 # --------------------------------------------------------------------------- training
+@dataclass
+class Progress:
+    """Where a run stands after its last finished epoch (what a checkpoint resumes)."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_test_loss: float = math.inf
+    epochs_since_best: int = 0
+    stopped_early_epoch: int | None = None
+
+    @property
+    def epoch(self) -> int:
+        """Epochs finished."""
+        return len(self.history)
+
+
 class Trainer:
     """The epoch loop. The three launcher-specific hooks are `_wrap`, `_backward`, `_no_sync`."""
 
@@ -331,6 +348,7 @@ class Trainer:
             env.device.type, enabled=spec.precision == "fp16" and spec.launcher != "accelerate"
         )
         self.wrapped = self._wrap()
+        self.fault = Fault.from_env()
 
     # -- launcher hooks
     def _wrap(self) -> nn.Module:
@@ -390,6 +408,9 @@ class Trainer:
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         k, n = self.spec.grad_accum_steps, len(self.train_loader)
         tail_start = n - n % k  # the last group may hold fewer than k micro-batches
+        fault = self.fault  # a DMLS_FAULT drill fires halfway through its epoch
+        if fault and not fault.hits(self.spec.run_id, self.env.rank, epoch + 1):
+            fault = None
         sums = torch.zeros(3, device=self.env.device, dtype=torch.float64)
         for step, (x, y) in enumerate(self._progress(self.train_loader, epoch)):
             x = x.to(self.env.device, non_blocking=True)
@@ -399,6 +420,8 @@ class Trainer:
                 with self._autocast():
                     logits = self.wrapped(x)
                     loss = self.criterion(logits, y)
+                if fault and step == n // 2:
+                    loss = fault.fire(loss)
                 self._backward(loss / (k if step < tail_start else n - tail_start))
             if last_micro:
                 self._optimizer_step()
@@ -443,12 +466,15 @@ class Trainer:
         if self.env.device.type == "cuda":
             torch.cuda.synchronize(self.env.device)
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self, checkpoint_path: Path) -> dict[str, Any]:
+        """Train the remaining epochs (all of them, unless a checkpoint of this spec exists),
+        checkpointing after each."""
         spec = self.spec
-        history: list[dict[str, Any]] = []
-        status, reason, stopped_early = "ok", None, None
-        best_test_loss, epochs_since_best = math.inf, 0
-        for epoch in range(spec.epochs):
+        progress = self._resume(checkpoint_path)
+        resumed_from_epoch = progress.epoch
+        status, reason, diverged_epoch = "ok", None, None
+        while progress.epoch < spec.epochs and not progress.stopped_early_epoch:
+            epoch = progress.epoch
             self._sync()
             t0 = time.perf_counter()
             train_loss, train_acc = self.train_epoch(epoch)
@@ -457,7 +483,7 @@ class Trainer:
             test_loss, test_acc = self.evaluate()
             self._sync()
             t2 = time.perf_counter()
-            history.append(
+            progress.history.append(
                 {
                     "epoch": epoch + 1,
                     "train_loss": train_loss,
@@ -476,25 +502,70 @@ class Trainer:
                     f"{t1 - t0:.2f} s",
                     flush=True,
                 )
+            # The losses are reduced over ranks, so every rank stops at the same epoch.
             if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
-                status = "diverged"
+                status, diverged_epoch = "diverged", epoch + 1
                 reason = (
                     f"non-finite loss at epoch {epoch + 1} (train {train_loss}, test {test_loss})"
                 )
                 break
-            if test_loss < best_test_loss:
-                best_test_loss, epochs_since_best = test_loss, 0
+            if test_loss < progress.best_test_loss:
+                progress.best_test_loss, progress.epochs_since_best = test_loss, 0
             else:
-                epochs_since_best += 1
-            if spec.early_stopping_patience and epochs_since_best >= spec.early_stopping_patience:
-                stopped_early = epoch + 1
-                break
+                progress.epochs_since_best += 1
+            patience = spec.early_stopping_patience
+            if patience and progress.epochs_since_best >= patience:
+                progress.stopped_early_epoch = epoch + 1
+            self._save_checkpoint(checkpoint_path, progress)
         return {
             "status": status,
             "reason": reason,
-            "history": history,
-            "stopped_early_epoch": stopped_early,
+            "history": progress.history,
+            "stopped_early_epoch": progress.stopped_early_epoch,
+            "diverged_epoch": diverged_epoch,
+            "resumed_from_epoch": resumed_from_epoch,
         }
+
+    # -- checkpoints (dmls/checkpoint.py says what they hold and why)
+    def _scaler(self) -> torch.amp.GradScaler | None:
+        """The loss scaler in use: ours, or accelerate's own for its fp16."""
+        if self.env.accelerator is not None:
+            return self.env.accelerator.scaler
+        return self.scaler if self.scaler.is_enabled() else None
+
+    def _save_checkpoint(self, path: Path, progress: Progress) -> None:
+        rng = self.env.gather(checkpoint.rng_state(self.env.device))
+        if not self.env.is_main:
+            return
+        scaler = self._scaler()
+        state = {
+            "epoch": progress.epoch,
+            "progress": asdict(progress),
+            "model": self.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "precisions": sorted(self.probe.seen),
+            "rng": rng,
+        }
+        checkpoint.save(path, self.spec, state)
+
+    def _resume(self, path: Path) -> Progress:
+        state, note = checkpoint.load(path, self.spec)
+        if self.env.is_main:
+            print(note, flush=True)
+        if state is None:
+            return Progress()
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if (scaler := self._scaler()) is not None:
+            scaler.load_state_dict(state["scaler"])
+        self.probe.seen.update(state["precisions"])
+        # Last: building the trainer above drew from the generators.
+        checkpoint.set_rng_state(state["rng"][self.env.rank], self.env.device)
+        return Progress(**state["progress"])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
@@ -527,13 +598,17 @@ def _rank_facts(env: Distributed, spec: RunSpec) -> dict[str, Any]:
     }
 
 
-def train(spec: RunSpec, data_dir: Path, checkpoint_path: Path) -> dict[str, Any] | None:
-    """Run one training; rank 0 returns the result (other ranks None)."""
+def train(
+    spec: RunSpec, data_dir: Path, model_path: Path, checkpoint_path: Path
+) -> dict[str, Any] | None:
+    """Run one training, resuming from `checkpoint_path` when it holds this spec's last
+    finished epoch; rank 0 saves the final weights to `model_path` and returns the result
+    (other ranks None)."""
     wall_start = time.perf_counter()
     env = start_processes(spec)
     torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
     trainer = Trainer(spec, env, data_dir)
-    outcome = trainer.fit()
+    outcome = trainer.fit(checkpoint_path)
     ranks = env.gather(_rank_facts(env, spec))
     effective = env.gather(trainer.probe.effective)
     result = None
@@ -543,7 +618,7 @@ def train(spec: RunSpec, data_dir: Path, checkpoint_path: Path) -> dict[str, Any
         last = history[-1] if history else {}
         torch.save(
             {"model": trainer.state_dict(), "spec": spec.to_dict(), "epochs": len(history)},
-            checkpoint_path,
+            model_path,
         )
         result = {
             "status": outcome["status"],
@@ -557,7 +632,9 @@ def train(spec: RunSpec, data_dir: Path, checkpoint_path: Path) -> dict[str, Any
                 "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
                 "epochs_completed": len(history),
                 "stopped_early_epoch": outcome["stopped_early_epoch"],
+                "diverged_epoch": outcome["diverged_epoch"],
             },
+            "resumed_from_epoch": outcome["resumed_from_epoch"],
             "timing": {
                 "train_time_s": train_time,
                 "eval_time_s": sum(h["eval_time_s"] for h in history),

@@ -10,6 +10,7 @@ engine is always complete and there is one place to change a default.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
@@ -127,6 +128,23 @@ class RunSpec:
     def from_json(cls, text: str) -> RunSpec:
         return cls.from_dict(json.loads(text))
 
+    def cpu_conflicts(self) -> list[str]:
+        """What this spec asks for that no CPU can do, when it pins device 'cpu'."""
+        if self.device != "cpu":
+            return []
+        where = f"studies.{self.study}.runs.{self.run}"
+        needs_gpu = {
+            "launcher": (self.launcher, ("dp",), "single, torchrun, accelerate"),
+            "backend": (self.backend, ("nccl",), "gloo"),
+            "precision": (self.precision, ("fp8",), "fp32, fp16, bf16"),
+        }
+        return [
+            f"{where}.{key}: {value!r} needs a CUDA GPU, but device is 'cpu'; "
+            f"allowed on the CPU: {allowed}"
+            for key, (value, gpu_only, allowed) in needs_gpu.items()
+            if value in gpu_only
+        ]
+
     def check(self) -> None:
         """Constraints between keys, which the JSON schema can't express clearly."""
         where = f"studies.{self.study}.runs.{self.run}"
@@ -191,21 +209,71 @@ def run_validator(schema: dict[str, Any]):
     return jsonschema.Draft202012Validator(run_schema)
 
 
+def check_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
+    """Raise SpecError listing every schema violation of `config`, each with its key path and
+    what is allowed there. Snakemake's `validate` then fills in the defaults; its own message
+    for the first error is a dump of the schema."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema or load_schema())
+    _raise_errors("invalid config", validator.iter_errors(config), prefix=())
+
+
+def _raise_errors(title: str, errors, prefix: tuple[str, ...]) -> None:
+    lines = [
+        line
+        for error in sorted(errors, key=lambda e: list(map(str, e.absolute_path)))
+        for line in _explain(error, prefix)
+    ]
+    if lines:
+        raise SpecError(f"{title}:\n  " + "\n  ".join(lines))
+
+
+def _explain(error, prefix: tuple[str, ...]) -> list[str]:
+    """One line per problem: `key.path: what is wrong; what is allowed`."""
+    path = [*prefix, *map(str, error.absolute_path)]
+    where = ".".join(path) or "config"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        lines = []
+        for key in sorted(set(error.instance) - set(allowed)):
+            hint = difflib.get_close_matches(key, allowed, n=1)
+            guess = f" (did you mean {hint[0]!r}?)" if hint else ""
+            lines.append(
+                f"{'.'.join([*path, key])}: unknown key{guess}; allowed: {', '.join(allowed)}"
+            )
+        return lines
+    if error.validator == "enum":
+        allowed = ", ".join(map(str, error.validator_value))
+        return [f"{where}: {error.instance!r} is not allowed; allowed: {allowed}"]
+    if "propertyNames" in error.schema_path:
+        rule = error.schema.get("description", f"must match {error.validator_value!r}")
+        return [f"{where}: name {error.instance!r} is not allowed: {rule}"]
+    return [f"{where}: {error.message}"]
+
+
 def resolve_runs(
     config: dict[str, Any], schema: dict[str, Any] | None = None
 ) -> dict[str, RunSpec]:
-    """Expand the studies of a (schema-validated) config into run specs keyed '<study>/<run>'."""
+    """Expand the studies of a (schema-validated) config into run specs keyed '<study>/<run>'.
+
+    Under `strict`, a run whose spec pins the CPU yet asks for what only a GPU does is an
+    error here, before any job starts: it could only be skipped, which strict forbids.
+    """
     validator = run_validator(schema or load_schema())
     runs: dict[str, RunSpec] = {}
     for study, definition in config["studies"].items():
         for run, overrides in (definition.get("runs") or {}).items():
             merged = deep_merge(config["defaults"], definition.get("base") or {}, overrides or {})
-            errors = sorted(validator.iter_errors(merged), key=lambda e: list(e.absolute_path))
-            if errors:
-                lines = [
-                    f"studies.{study}.runs.{run}.{'.'.join(map(str, e.absolute_path))}: {e.message}"
-                    for e in errors
-                ]
-                raise SpecError("invalid run spec:\n  " + "\n  ".join(lines))
+            prefix = ("studies", study, "runs", run)
+            _raise_errors("invalid run spec", validator.iter_errors(merged), prefix)
             runs[f"{study}/{run}"] = RunSpec.from_dict({"study": study, "run": run, **merged})
+    if config.get("strict"):
+        conflicts = [line for spec in runs.values() for line in spec.cpu_conflicts()]
+        if conflicts:
+            raise SpecError(
+                "strict: true, but these runs pin device 'cpu' and ask for what only a GPU "
+                "does, so they could only be skipped (set strict: false to record them as "
+                "skipped):\n  " + "\n  ".join(conflicts)
+            )
     return runs

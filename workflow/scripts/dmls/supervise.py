@@ -4,13 +4,20 @@ The supervisor decides whether this host can run the spec (else: `skipped`, with
 how to fix it), starts the launcher command(s), streams their output to the run's log, and turns
 the worker's result, or its error, into the run's metrics file. With `strict`, a run that is
 skipped or fails raises instead, so Snakemake fails the job.
+
+A launcher killed from outside (`kill -9`, a preemption) is no result: the job fails without a
+metrics file, and the rerun resumes from the run's checkpoint (dmls/checkpoint.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
+import functools
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,8 +25,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from . import launch
+from . import checkpoint, launch
+from . import data as datasets
 from .cluster import SlurmError, SlurmJob
+from .faults import ENV as FAULT_ENV
+from .faults import Fault
 from .hardware import Host, describe, missing_requirement, resolved_device
 from .io import read_json, write_json
 from .spec import RunSpec
@@ -29,10 +39,24 @@ HISTORY_COLUMNS = (
     "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
     "train_time_s", "eval_time_s", "lr",
 )  # fmt: skip
+# How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
+STOP_GRACE_S = 15
+# How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
+# peer, which is a consequence of the failure, not its cause.
+LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|timeout", re.I)
+# How torchrun and accelerate launch (torch.distributed.elastic) list a failed rank in the
+# summary that ends their output: "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: …".
+ELASTIC_FAILURE = re.compile(
+    r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M
+)
 
 
 class RunFailed(RuntimeError):
     """Raised in strict mode for a run that was skipped or failed."""
+
+
+class RunInterrupted(RuntimeError):
+    """A launcher was killed from outside the run; the job fails so that a rerun resumes."""
 
 
 def _now() -> str:
@@ -44,12 +68,15 @@ def run(
     *,
     run_dir: Path,
     data_dir: Path,
+    checkpoint_path: Path,
     log: IO[str],
     threads: int,
     strict: bool = False,
     exclusive: bool = True,
 ) -> dict[str, Any]:
-    """Run `spec`, write `<run_dir>/metrics.json` and return its content."""
+    """Run `spec`, resuming from `checkpoint_path` when it holds this spec's last finished
+    epoch; write `<run_dir>/metrics.json` and return its content."""
+    fault = Fault.from_env()  # a mistyped drill stops here, before anything starts
     run_dir.mkdir(parents=True, exist_ok=True)
     # Files a previous attempt may have left; Snakemake only removes the declared output.
     for name in ("worker.json", "history.csv", "model.pt"):
@@ -91,8 +118,12 @@ def run(
         print(f"SKIPPED {spec.run_id}: {reason}", file=log, flush=True)
         return _finish(run_dir, record | {"status": "skipped", "reason": reason}, strict)
 
+    datasets.verify(data_dir, spec.dataset)
     port = slurm.rendezvous_port if srun else launch.free_port()
-    worker_args = ["--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir)]
+    worker_args = [
+        "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+        "--checkpoint", str(checkpoint_path),
+    ]  # fmt: skip
     commands = launch.build_commands(
         spec, worker_args, device=record["derived"]["device"], port=port, threads=threads,
         srun=srun,
@@ -104,19 +135,38 @@ def run(
         # Whether Snakemake gave this run the host to itself (config `exclusive_runs`).
         "exclusive": exclusive,
         "load_average_before": os.getloadavg(),
+        "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
     }
-    exit_codes, seconds = _start_and_wait(commands, log)
+    exit_codes, seconds, first_failure = _start_and_wait(commands, log)
     record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
 
+    if first_failure is not None and first_failure < 0:
+        resume = (
+            f"from its last finished epoch ({checkpoint_path})"
+            if checkpoint_path.exists()
+            else "from epoch 1 (no epoch had finished)"
+        )
+        message = (
+            f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
+            "from outside the run (kill, preemption, OOM killer). That is no result, so none "
+            f"is recorded: rerun the workflow and the run resumes {resume}"
+        )
+        print(f"INTERRUPTED {message}", file=log, flush=True)
+        raise RunInterrupted(message)
     if any(exit_codes) or not (run_dir / "worker.json").exists():
-        reason = _failure_reason(run_dir, exit_codes)
+        launcher_output = Path(log.name).read_text(errors="replace")
+        reason = _failure_reason(run_dir, exit_codes, launcher_output)
         print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
+        # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
         return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
 
     result = read_json(run_dir / "worker.json")
     (run_dir / "worker.json").unlink()
     _write_history(run_dir / "history.csv", result["history"])
-    return _finish(run_dir, record | result, strict)
+    record = _finish(run_dir, record | result, strict)
+    # Only now, with its result on disk: the run has ended, nothing is left to resume.
+    checkpoint_path.unlink(missing_ok=True)
+    return record
 
 
 def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
@@ -126,13 +176,17 @@ def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
     return None
 
 
-def _start_and_wait(commands: list[launch.Command], log: IO[str]) -> tuple[list[int], float]:
+def _start_and_wait(
+    commands: list[launch.Command], log: IO[str]
+) -> tuple[list[int], float, int | None]:
     """Start every command (one per emulated node, or one srun) and wait for all; if one fails,
-    stop the others rather than let them wait for a peer that is gone."""
+    stop the others rather than let them wait for a peer that is gone. Returns the exit codes,
+    the seconds taken and the exit code of the first launcher that failed (None if none did)."""
     start = time.perf_counter()
     procs = []
     for command in commands:
-        print("$ " + " ".join(command.argv), file=log, flush=True)
+        # Quoted as a shell would need it, so the line can be pasted; nothing runs in a shell.
+        print("$ " + shlex.join(command.argv), file=log, flush=True)
         procs.append(
             subprocess.Popen(
                 command.argv,
@@ -140,30 +194,79 @@ def _start_and_wait(commands: list[launch.Command], log: IO[str]) -> tuple[list[
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so it can be stopped whole
+                # If this supervisor dies (its job is cancelled), the launcher stops too.
+                preexec_fn=functools.partial(launch.die_with_parent, signal.SIGTERM),
             )
         )
-    codes: list[int | None] = [None] * len(procs)
-    while any(c is None for c in codes):
-        for i, proc in enumerate(procs):
-            if codes[i] is None:
-                codes[i] = proc.poll()
-        if any(c not in (None, 0) for c in codes):
-            for i, proc in enumerate(procs):
-                if codes[i] is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    codes[i] = proc.wait()
+    first_failure = None
+    while None in (codes := [proc.poll() for proc in procs]):
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed and first_failure is None:
+            first_failure = failed[0]
+            _stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
         time.sleep(0.2)
-    return [int(c) for c in codes], time.perf_counter() - start
+    if first_failure is None:
+        first_failure = next((c for c in codes if c != 0), None)
+    return [int(c) for c in codes], time.perf_counter() - start, first_failure
 
 
-def _failure_reason(run_dir: Path, exit_codes: list[int]) -> str:
-    errors = sorted(run_dir.glob("error-rank*.json"), key=lambda p: p.stat().st_mtime)
-    if errors:
-        first = read_json(errors[0])
-        return f"rank {first['rank']} raised {first['error']}"
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each launcher's process group; SIGKILL what is left after the grace period."""
+
+    def signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
+            os.killpg(proc.pid, sig)
+
+    for proc in procs:
+        signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _failure_reason(run_dir: Path, exit_codes: list[int], launcher_output: str) -> str:
+    """The cause, not its consequences: when one rank fails, its peers fail too (a lost
+    connection, a timeout) or are stopped by the launcher (SIGTERM) without a word."""
+    reports = sorted(
+        (read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"]
+    )
+    causes = [r for r in reports if not LOST_PEER.search(r["error"])]
+    if causes:
+        return f"rank {causes[0]['rank']} raised {causes[0]['error']}"
+    then = f"; then rank {reports[0]['rank']} raised {reports[0]['error']}" if reports else ""
+    # A rank killed by a signal or crashed in native code leaves no report: the launcher's
+    # summary says how it ended.
+    silent = {
+        rank: code
+        for rank, code in _elastic_exit_codes(launcher_output).items()
+        if rank not in {r["rank"] for r in reports} and code != -signal.SIGTERM
+    }
+    if silent:
+        rank, code = min(silent.items())
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code < 0
+            else f"exited with code {code}"
+        )
+        return f"rank {rank} {how} without a Python error (see the end of train.log){then}"
+    if reports:
+        return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
     if any(exit_codes):
         return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
     return "every process exited 0 but rank 0 wrote no result (see log)"
+
+
+def _elastic_exit_codes(launcher_output: str) -> dict[int, int]:
+    """rank -> exit code of each failed rank in the summary torchrun and accelerate launch
+    (torch.distributed.elastic) print when a rank fails."""
+    codes: dict[int, int] = {}
+    for rank, code in ELASTIC_FAILURE.findall(launcher_output):
+        codes.setdefault(int(rank), int(code))
+    return codes
 
 
 def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
@@ -183,6 +286,9 @@ def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, An
 
 def main_from_snakemake(snakemake: Any) -> None:
     """Entry for the `train` rule's `script:`."""
+    # If Snakemake is killed, stop too (and the launchers with us): a run finished behind its
+    # back would be marked incomplete and trained again from scratch, its checkpoint gone.
+    launch.die_with_parent(signal.SIGTERM)
     spec = RunSpec.from_json(snakemake.params.spec)
     run_dir = Path(snakemake.output.metrics).parent
     with open(snakemake.log[0], "w") as log:
@@ -191,6 +297,8 @@ def main_from_snakemake(snakemake: Any) -> None:
             spec,
             run_dir=run_dir,
             data_dir=Path(snakemake.input.manifest).parent,
+            # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
+            checkpoint_path=checkpoint.path_for(snakemake.config["results_dir"], spec),
             log=log,
             threads=snakemake.threads,
             strict=snakemake.config["strict"],

@@ -1,0 +1,87 @@
+"""Nothing from config is evaluated or handed to a shell, and nothing unpickles code."""
+
+import ast
+import re
+from pathlib import Path
+
+from conftest import ROOT
+
+SOURCES = sorted((ROOT / "workflow" / "scripts").rglob("*.py"))
+SNAKEFILES = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+
+
+# Calls that evaluate a string as code, hand it to a shell, or may unpickle code.
+RUNS_CODE = {
+    "eval", "exec", "compile", "__import__", "os.system", "os.popen",
+    "pickle.load", "pickle.loads", "yaml.load", "yaml.unsafe_load",
+}  # fmt: skip
+
+
+def _name(node: ast.expr) -> str:
+    """'torch.load' for the callee of torch.load(...)."""
+    if isinstance(node, ast.Attribute):
+        return f"{_name(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _keyword(call: ast.Call, name: str):
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value.value if isinstance(kw.value, ast.Constant) else "<expr>"
+    return None
+
+
+def unsafe_calls(source: str) -> list[str]:
+    """Calls that run strings as code, hand them to a shell, or unpickle arbitrary objects."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _name(node.func)
+        line = f"line {node.lineno}: {name}"
+        if name in RUNS_CODE:
+            found.append(line)
+        elif name == "torch.load" and _keyword(node, "weights_only") is not True:
+            found.append(f"{line} without weights_only=True")
+        elif name == "np.load" and _keyword(node, "allow_pickle") is not False:
+            found.append(f"{line} without allow_pickle=False")
+        elif name.startswith("subprocess.") and _keyword(node, "shell") not in (None, False):
+            found.append(f"{line} with shell=True")
+    return found
+
+
+def unquoted_shell_values(snakefile: str) -> list[str]:
+    """`{...}` placeholders of `shell:` directives that Snakemake would not quote (`:q`)."""
+    blocks = re.findall(r"^\s*shell:\s*\n((?:\s{8,}.*\n?)+)", snakefile, re.M)
+    values = [re.findall(r"{[^{}]+}", b.replace("{{", "").replace("}}", "")) for b in blocks]
+    return [value for found in values for value in found if not value.endswith(":q}")]
+
+
+def test_the_checkers_catch_what_they_look_for():
+    bad = (
+        "import os, pickle, subprocess, torch, numpy as np\n"
+        "eval(x); os.system(x); pickle.loads(b); subprocess.run(x, shell=True)\n"
+        "torch.load(p); torch.load(p, weights_only=False); np.load(p)\n"
+    )
+    assert len(unsafe_calls(bad)) == 7
+    rule = 'rule r:\n    shell:\n        "train {params.spec} {output:q} {{literal}}"\n'
+    assert unquoted_shell_values(rule) == ["{params.spec}"]
+
+
+def problems(paths: list[Path], check) -> dict[str, list[str]]:
+    return {str(p.relative_to(ROOT)): found for p in paths if (found := check(p.read_text()))}
+
+
+def test_pipeline_code_evaluates_nothing_and_uses_no_shell():
+    assert ROOT / "workflow" / "scripts" / "dmls" / "supervise.py" in SOURCES
+    assert problems(SOURCES, unsafe_calls) == {}
+    # Checkpoints are loaded, always with weights_only=True.
+    assert (
+        'torch.load(path, map_location="cpu", weights_only=True)'
+        in (ROOT / "workflow" / "scripts" / "dmls" / "checkpoint.py").read_text()
+    )
+
+
+def test_config_values_in_shell_directives_are_quoted():
+    assert all(p.exists() for p in SNAKEFILES) and len(SNAKEFILES) >= 5
+    assert problems(SNAKEFILES, unquoted_shell_values) == {}

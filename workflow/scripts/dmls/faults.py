@@ -1,0 +1,91 @@
+"""Fault injection for tests and drills: make one rank fail on purpose, mid-epoch.
+
+`DMLS_FAULT="rank=1,epoch=2,kind=kill"` (optionally `run=<study>/<run>` to hit one run only)
+makes that rank, halfway through that (1-based) epoch, do one of:
+
+- raise: raise `InjectedFault`, as a bug in the training code would (traceback in the log);
+- exit:  leave at once with exit code 13 and no Python traceback, as a crash in native code;
+- kill:  SIGKILL itself, as the OOM killer would;
+- nan:   turn its loss into NaN, as fp16 overflow or an absurd learning rate would.
+
+The variable is parsed strictly: a typo is an error, never a drill that silently does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+ENV = "DMLS_FAULT"
+KINDS = ("raise", "exit", "kill", "nan")
+EXIT_CODE = 13
+_FORMAT = "'rank=<int>,epoch=<int>,kind=raise|exit|kill|nan[,run=<study>/<run>]'"
+
+
+class InjectedFault(RuntimeError):
+    """The error a `kind=raise` fault raises."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    rank: int
+    epoch: int
+    kind: str
+    run: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Fault | None:
+        """The fault `DMLS_FAULT` asks for, None when unset; ValueError naming what is wrong."""
+        text = environ.get(ENV, "").strip()
+        if not text:
+            return None
+
+        def bad(problem: str) -> ValueError:
+            return ValueError(f"{ENV}={text!r}: {problem}; expected {_FORMAT}")
+
+        fields: dict[str, str] = {}
+        for item in text.split(","):
+            key, sep, value = (part.strip() for part in item.partition("="))
+            if not sep or not value:
+                raise bad(f"{item.strip()!r} is not key=value")
+            if key not in ("rank", "epoch", "kind", "run"):
+                raise bad(f"unknown key {key!r}")
+            if key in fields:
+                raise bad(f"{key!r} given twice")
+            fields[key] = value
+        missing = [k for k in ("rank", "epoch", "kind") if k not in fields]
+        if missing:
+            raise bad(f"missing {', '.join(map(repr, missing))}")
+        for key, minimum in (("rank", 0), ("epoch", 1)):
+            if not re.fullmatch(r"\d+", fields[key]) or int(fields[key]) < minimum:
+                raise bad(f"{key} must be an integer >= {minimum}, got {fields[key]!r}")
+        if fields["kind"] not in KINDS:
+            raise bad(f"kind must be one of {', '.join(KINDS)}, got {fields['kind']!r}")
+        return cls(int(fields["rank"]), int(fields["epoch"]), fields["kind"], fields.get("run"))
+
+    def targets(self, run_id: str) -> bool:
+        return self.run in (None, run_id)
+
+    def hits(self, run_id: str, rank: int, epoch: int) -> bool:
+        """Whether this fault fires in run `run_id` on `rank` during (1-based) `epoch`."""
+        return self.targets(run_id) and (self.rank, self.epoch) == (rank, epoch)
+
+    def fire(self, loss: torch.Tensor) -> torch.Tensor:
+        """Fail as `kind` says; for `nan`, return the poisoned loss."""
+        what = f"injected fault ({ENV}): rank {self.rank}, epoch {self.epoch}, kind {self.kind}"
+        # The time lets a drill measure how long the failure takes to end the job.
+        print(f"{what}, at unix time {time.time():.3f}", file=sys.stderr, flush=True)
+        if self.kind == "raise":
+            raise InjectedFault(what)
+        if self.kind == "exit":
+            os._exit(EXIT_CODE)
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return loss * float("nan")
