@@ -167,11 +167,15 @@ def test_unsupported_inputs_raise_before_any_kernel_runs():
     with pytest.raises(UnsupportedConv, match="on cpu"):
         fused_conv_relu(x, weight.cpu(), bias)
     # The compiled extension checks too, for callers that bypass the Python wrapper.
-    ext = load_extension()
+    load_extension()
+    forward = torch.ops.dmls.fused_conv_relu_forward
     with pytest.raises(RuntimeError, match="expects 3 input channels, the input has 2"):
-        ext.forward(x[:, :2].contiguous(), weight, bias, 1, 1, 0, 0)
+        forward(x[:, :2].contiguous(), weight, bias, 1, 1, 0, 0)
     with pytest.raises(RuntimeError, match="must be contiguous"):
-        ext.forward(x.transpose(2, 3), weight, bias, 1, 1, 0, 0)
+        forward(x.transpose(2, 3), weight, bias, 1, 1, 0, 0)
+    y = forward(x, weight, bias, 1, 1, 0, 0)
+    with pytest.raises(RuntimeError, match="output gradient has shape"):
+        torch.ops.dmls.fused_conv_relu_backward(y[:1], x, weight, bias, y, 1, 1, 0, 0, True)
 
 
 @needs_cuda
@@ -201,6 +205,13 @@ def test_a_fused_cnn_trains_like_the_baseline():
     reason="set DMLS_BUILD_KERNELS=1 to compile the CUDA extension on a host without a GPU "
     "(needs nvcc; takes minutes); on a GPU host the tests above compile it",
 )
-def test_the_extension_compiles():
-    ext = load_extension()
-    assert callable(ext.forward) and callable(ext.backward)
+def test_the_extension_compiles_and_registers_its_operators():
+    load_extension()
+    schemas = {
+        name: str(getattr(torch.ops.dmls, name).default._schema)
+        for name in ("fused_conv_relu_forward", "fused_conv_relu_backward")
+    }
+    assert schemas["fused_conv_relu_forward"].endswith("int pad_w) -> Tensor")
+    assert schemas["fused_conv_relu_backward"].endswith(
+        "bool input_grad) -> (Tensor?, Tensor, Tensor)"
+    )

@@ -1,9 +1,15 @@
-// Python bindings of the FusedConvReLU CUDA kernels, with the checks that keep a shape the
-// kernels don't handle from producing a silent wrong answer. The Python wrapper
-// (fused_conv_relu.py) checks the same with friendlier messages; these are the last line.
+// The FusedConvReLU CUDA kernels as torch operators dmls::fused_conv_relu_{forward,backward}
+// (torch.ops.dmls.* in Python), with the checks that keep a shape the kernels don't handle from
+// producing a silent wrong answer. The Python wrapper (fused_conv_relu.py) checks the same with
+// friendlier messages; these are the last line. Operators, not pybind11 functions: a failed
+// TORCH_CHECK reaches Python through torch's dispatcher as a RuntimeError, as torch's own ops'
+// errors do (thrown through a pybind11 binding of this module, it crashed Python on an H100 host).
 
-#include <torch/extension.h>
+#include <torch/library.h>
+#include <torch/types.h>
 
+#include <optional>
+#include <tuple>
 #include <vector>
 
 torch::Tensor fused_conv_relu_forward_cuda(const torch::Tensor& x, const torch::Tensor& w,
@@ -59,27 +65,32 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& w, const torc
   return fused_conv_relu_forward_cuda(x, w, b, sh, sw, ph, pw);
 }
 
-std::vector<torch::Tensor> backward(const torch::Tensor& grad_y, const torch::Tensor& x,
-                                    const torch::Tensor& w, const torch::Tensor& b,
-                                    const torch::Tensor& y, int64_t sh, int64_t sw, int64_t ph,
-                                    int64_t pw, bool input_grad) {
+std::tuple<std::optional<torch::Tensor>, torch::Tensor, torch::Tensor> backward(
+    const torch::Tensor& grad_y, const torch::Tensor& x, const torch::Tensor& w,
+    const torch::Tensor& b, const torch::Tensor& y, int64_t sh, int64_t sw, int64_t ph,
+    int64_t pw, bool input_grad) {
   check_conv(x, w, b, sh, sw, ph, pw);
   check_operand(y, "output", 4, x);
   check_operand(grad_y, "output gradient", 4, x);
   TORCH_CHECK(grad_y.sizes() == y.sizes(), "fused_conv_relu: output gradient has shape ",
               grad_y.sizes(), ", the output ", y.sizes());
-  return fused_conv_relu_backward_cuda(grad_y, x, w, y, sh, sw, ph, pw, input_grad);
+  auto grads = fused_conv_relu_backward_cuda(grad_y, x, w, y, sh, sw, ph, pw, input_grad);
+  return {input_grad ? std::optional(grads[0]) : std::nullopt, grads[1], grads[2]};
 }
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", &forward, "max(0, conv2d(x, w) + b), NCHW (CUDA)", py::arg("x"),
-        py::arg("weight"), py::arg("bias"), py::arg("stride_h"), py::arg("stride_w"),
-        py::arg("pad_h"), py::arg("pad_w"));
-  m.def("backward", &backward,
-        "Gradients (input or None, weight, bias) of fused_conv_relu through its ReLU mask (CUDA)",
-        py::arg("grad_output"), py::arg("x"), py::arg("weight"), py::arg("bias"),
-        py::arg("output"), py::arg("stride_h"), py::arg("stride_w"), py::arg("pad_h"),
-        py::arg("pad_w"), py::arg("input_grad"));
+TORCH_LIBRARY(dmls, m) {
+  m.def(
+      "fused_conv_relu_forward(Tensor x, Tensor weight, Tensor bias, int stride_h, "
+      "int stride_w, int pad_h, int pad_w) -> Tensor");
+  m.def(
+      "fused_conv_relu_backward(Tensor grad_output, Tensor x, Tensor weight, Tensor bias, "
+      "Tensor output, int stride_h, int stride_w, int pad_h, int pad_w, bool input_grad) "
+      "-> (Tensor?, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(dmls, CUDA, m) {
+  m.impl("fused_conv_relu_forward", &forward);
+  m.impl("fused_conv_relu_backward", &backward);
 }

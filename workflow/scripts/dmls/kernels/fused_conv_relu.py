@@ -2,7 +2,8 @@
 
 `fused_conv_relu(x, weight, bias, stride, padding)` is one autograd Function for both
 devices. On CUDA tensors it runs the kernels of fused_conv_relu.cu, compiled on first use with
-torch.utils.cpp_extension (ninja + nvcc; torch caches the build under TORCH_EXTENSIONS_DIR).
+torch.utils.cpp_extension (ninja + nvcc; torch caches the build under TORCH_EXTENSIONS_DIR) and
+called as the torch operators torch.ops.dmls.fused_conv_relu_{forward,backward}.
 On CPU tensors it runs the same forward and backward through unfold and matrix products: that
 is what CI checks with gradcheck, having no GPU.
 
@@ -20,7 +21,6 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -97,20 +97,21 @@ def check_supported(
 
 
 @functools.cache
-def load_extension() -> ModuleType:
-    """Compile (once per source change; torch caches the build) and import the CUDA kernels."""
+def load_extension() -> None:
+    """Compile (once per source change; torch caches the build) and load the CUDA kernels,
+    registering the operators torch.ops.dmls.fused_conv_relu_{forward,backward}."""
     from torch.utils import cpp_extension
 
     log.info("building/loading the %s extension (a first build takes minutes)", EXTENSION_NAME)
     start = time.perf_counter()
-    module = cpp_extension.load(
+    cpp_extension.load(
         name=EXTENSION_NAME,
         sources=[str(p) for p in SOURCES],
         extra_cflags=["-O3"],
         extra_cuda_cflags=["-O3", "-lineinfo"],
+        is_python_module=False,
     )
     log.info("%s ready in %.1f s", EXTENSION_NAME, time.perf_counter() - start)
-    return module
 
 
 def _forward_cpu(x: torch.Tensor, weight, bias, stride: Pair, padding: Pair) -> torch.Tensor:
@@ -145,7 +146,8 @@ class FusedConvReLUFunction(torch.autograd.Function):
         stride, padding = check_supported(x, weight, bias, stride, padding)
         x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
         if x.is_cuda:
-            y = load_extension().forward(x, weight, bias, *stride, *padding)
+            load_extension()
+            y = torch.ops.dmls.fused_conv_relu_forward(x, weight, bias, *stride, *padding)
         else:
             y = _forward_cpu(x, weight, bias, stride, padding)
         # The output is the ReLU mask (y > 0): no pre-activation tensor is kept.
@@ -159,7 +161,7 @@ class FusedConvReLUFunction(torch.autograd.Function):
         x, weight, bias, y = ctx.saved_tensors
         input_grad = ctx.needs_input_grad[0]
         if x.is_cuda:
-            grad_x, grad_w, grad_b = load_extension().backward(
+            grad_x, grad_w, grad_b = torch.ops.dmls.fused_conv_relu_backward(
                 grad_y.contiguous(), x, weight, bias, y, *ctx.stride, *ctx.padding, input_grad
             )
         else:
