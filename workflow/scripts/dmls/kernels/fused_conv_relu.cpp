@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -24,39 +25,51 @@ std::vector<torch::Tensor> fused_conv_relu_backward_cuda(const torch::Tensor& gr
 
 namespace {
 
+// The messages are built with std::to_string, never by streaming numbers into TORCH_CHECK:
+// on an H100 host (g++ 13, torch 2.11) a check whose message streamed an int64_t crashed
+// Python with a segfault instead of raising, while checks with text-only messages raised.
+std::string num(int64_t value) { return std::to_string(value); }
+
+std::string shape(torch::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + num(sizes[i]);
+  return out + "]";
+}
+
 void check_operand(const torch::Tensor& t, const char* name, int64_t dim,
                    const torch::Tensor& like) {
   TORCH_CHECK(t.is_cuda(), "fused_conv_relu: ", name, " must be a CUDA tensor");
-  TORCH_CHECK(t.dim() == dim, "fused_conv_relu: ", name, " must be ", dim, "-D, got ", t.dim(),
-              "-D");
+  TORCH_CHECK(t.dim() == dim, "fused_conv_relu: ", name, " must be ", num(dim), "-D, got ",
+              num(t.dim()), "-D");
   TORCH_CHECK(t.is_contiguous(), "fused_conv_relu: ", name, " must be contiguous");
   TORCH_CHECK(t.scalar_type() == like.scalar_type(), "fused_conv_relu: ", name, " is ",
-              t.scalar_type(), " but the input is ", like.scalar_type());
-  TORCH_CHECK(t.device() == like.device(), "fused_conv_relu: ", name, " is on ", t.device(),
-              " but the input is on ", like.device());
-  TORCH_CHECK(t.numel() < (int64_t{1} << 31), "fused_conv_relu: ", name, " has ", t.numel(),
+              c10::toString(t.scalar_type()), " but the input is ",
+              c10::toString(like.scalar_type()));
+  TORCH_CHECK(t.device() == like.device(), "fused_conv_relu: ", name, " is on ", t.device().str(),
+              " but the input is on ", like.device().str());
+  TORCH_CHECK(t.numel() < (int64_t{1} << 31), "fused_conv_relu: ", name, " has ", num(t.numel()),
               " elements; the kernels index with 32-bit sizes per dimension and support < 2^31");
 }
 
 void check_conv(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                 int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble,
-              "fused_conv_relu: supports float32 and float64, got ", x.scalar_type());
+              "fused_conv_relu: supports float32 and float64, got ", c10::toString(x.scalar_type()));
   check_operand(x, "input", 4, x);
   check_operand(w, "weight", 4, x);
   check_operand(b, "bias", 1, x);
-  TORCH_CHECK(w.size(1) == x.size(1), "fused_conv_relu: weight expects ", w.size(1),
-              " input channels, the input has ", x.size(1));
-  TORCH_CHECK(b.size(0) == w.size(0), "fused_conv_relu: bias has ", b.size(0),
-              " elements for ", w.size(0), " output channels");
-  TORCH_CHECK(sh >= 1 && sw >= 1, "fused_conv_relu: stride must be >= 1, got (", sh, ", ", sw,
-              ")");
-  TORCH_CHECK(ph >= 0 && pw >= 0, "fused_conv_relu: padding must be >= 0, got (", ph, ", ", pw,
-              ")");
+  TORCH_CHECK(w.size(1) == x.size(1), "fused_conv_relu: weight expects ", num(w.size(1)),
+              " input channels, the input has ", num(x.size(1)));
+  TORCH_CHECK(b.size(0) == w.size(0), "fused_conv_relu: bias has ", num(b.size(0)),
+              " elements for ", num(w.size(0)), " output channels");
+  TORCH_CHECK(sh >= 1 && sw >= 1, "fused_conv_relu: stride must be >= 1, got (", num(sh), ", ",
+              num(sw), ")");
+  TORCH_CHECK(ph >= 0 && pw >= 0, "fused_conv_relu: padding must be >= 0, got (", num(ph), ", ",
+              num(pw), ")");
   TORCH_CHECK(x.size(2) + 2 * ph >= w.size(2) && x.size(3) + 2 * pw >= w.size(3),
-              "fused_conv_relu: the ", w.size(2), "x", w.size(3),
-              " kernel is larger than the padded input ", x.size(2) + 2 * ph, "x",
-              x.size(3) + 2 * pw);
+              "fused_conv_relu: the ", num(w.size(2)), "x", num(w.size(3)),
+              " kernel is larger than the padded input ", num(x.size(2) + 2 * ph), "x",
+              num(x.size(3) + 2 * pw));
 }
 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
@@ -73,7 +86,7 @@ std::tuple<std::optional<torch::Tensor>, torch::Tensor, torch::Tensor> backward(
   check_operand(y, "output", 4, x);
   check_operand(grad_y, "output gradient", 4, x);
   TORCH_CHECK(grad_y.sizes() == y.sizes(), "fused_conv_relu: output gradient has shape ",
-              grad_y.sizes(), ", the output ", y.sizes());
+              shape(grad_y.sizes()), ", the output ", shape(y.sizes()));
   auto grads = fused_conv_relu_backward_cuda(grad_y, x, w, y, sh, sw, ph, pw, input_grad);
   return {input_grad ? std::optional(grads[0]) : std::nullopt, grads[1], grads[2]};
 }
