@@ -210,16 +210,23 @@ def test_multi_node_runs_match_the_local_emulation(slurm_b, local_b):
                 assert on_slurm[key] == pytest.approx(emulated[key], abs=1e-6), (run_id, key)
 
 
-def test_a_failing_job_is_reported_failed_promptly(slurm_b):
-    results = slurm_b[0]
-    run_id = "cluster_precision/fp8_n1xp1"  # fp8 on a CPU: skipped, which `strict` fails
+def test_a_failing_job_is_reported_failed_promptly(slurm_cluster, tmp_path):
+    # A data folder that does not exist: preparing the B data fails in its Slurm job (a
+    # DataError, whatever `strict` says), and no training job can start after it.
+    results = tmp_path / "results"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump({"data": {"tabular": {"dir": str(tmp_path / "none")}}}))
     # One attempt: the profile's retry would only repeat the same failure.
     out, seconds = on_slurm(
-        results, "--configfile", ".test/config.yaml", "--config", f"results_dir={results}",
-        "strict=True", "--retries", "0", *targets(results, [run_id]), timeout=600,
+        results, "--configfile", ".test/config.yaml", str(broken), "--config",
+        f"results_dir={results}", "--retries", "0",
+        *targets(results, ["cluster_torchrun/n1xp1"]), timeout=600,
     )  # fmt: skip
     assert out.returncode != 0
-    job_id = submitted_jobs(out.stderr)[f"train/{run_id.replace('/', '_')}"]
+    job_id = submitted_jobs(out.stderr)["prepare_data/tabular"]
     assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out.stderr
-    assert "fp8 needs a CUDA GPU" in (results / "runs" / run_id / "train.log").read_text()
+    logs = [results / "logs" / "prepare_data" / "tabular.log", *results.rglob("*.log")]
+    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
+    assert f"data.tabular.dir is set to {tmp_path / 'none'}, which is not a folder" in text
+    assert not (results / "runs" / "cluster_torchrun" / "n1xp1" / "metrics.json").exists()
     assert seconds < 180
