@@ -71,17 +71,22 @@ def notice(title: str, text: str, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _time_memory_accuracy(study: Study) -> list[tuple[str, str, float]]:
+    """The panels of the overview and sweep figures, drawn only for a study with finished runs:
+    (column, axis label, divisor)."""
+    column, description = study.memory
+    return [
+        ("train_time_s", "training time (s)", 1.0),
+        (column, f"{description} (MiB)", MIB),
+        ("test_accuracy", "test accuracy (%)", 0.01),
+    ]
+
+
 def overview(study: Study, path: Path) -> Path:
     """Training time, peak memory and test accuracy of every run, side by side."""
     runs = list(study.runs.index)
     ok = study.runs["status"] == OK
-    gpu = study.ok["peak_gpu_mem_allocated_bytes"].notna().all() and not study.ok.empty
-    memory = "peak_gpu_mem_allocated_bytes" if gpu else "peak_host_rss_bytes"
-    panels = [
-        ("train_time_s", "training time (s)", 1.0),
-        (memory, "peak GPU memory, max over GPUs (MiB)" if gpu else "peak host RSS (MiB)", MIB),
-        ("test_accuracy", "test accuracy (%)", 0.01),
-    ]
+    panels = _time_memory_accuracy(study)
     fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 0.9 + 0.38 * len(runs)))
     y = np.arange(len(runs))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
@@ -173,13 +178,7 @@ def sweep(study: Study, path: Path) -> Path:
     key = study.sweep_key
     ok = study.ok.sort_values(f"spec.{key}")
     x = ok[f"spec.{key}"].to_numpy(dtype=float)
-    gpu = ok["peak_gpu_mem_allocated_bytes"].notna().all()
-    memory = "peak_gpu_mem_allocated_bytes" if gpu else "peak_host_rss_bytes"
-    panels = [
-        ("train_time_s", "training time (s)", 1.0),
-        (memory, "peak GPU memory (MiB)" if gpu else "peak host RSS (MiB)", MIB),
-        ("test_accuracy", "test accuracy (%)", 0.01),
-    ]
+    panels = _time_memory_accuracy(study)
     fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 3.4))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         ax.plot(x, ok[column].to_numpy(dtype=float) / scale, marker="o")

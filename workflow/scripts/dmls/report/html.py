@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import importlib.metadata
+import numbers
 import subprocess
 from collections import Counter
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ import yaml
 
 from ..io import read_json
 from . import special
-from .study import MIB, OK
+from .study import FORMATS, MIB, OK
 
 # Columns of the all-runs table, in this order (the full table is runs.csv, linked from it).
 ALL_RUNS_COLUMNS = {
@@ -140,17 +141,9 @@ def all_runs(frame: pd.DataFrame) -> dict[str, Any]:
 
 
 def _format(column: str, value: Any) -> tuple[str, Any]:
-    if column.endswith("accuracy"):
-        return f"{100 * value:.2f}", float(value)
-    if column.endswith("bytes"):
-        return f"{value / MIB:.1f}", float(value)
-    if column == "samples_per_s":
-        return f"{value:,.0f}", float(value)
-    if column == "test_loss":
-        return f"{value:.4f}", float(value)
-    if column == "train_time_s":
-        return f"{value:.1f}", float(value)
-    return str(value), value
+    """The cell's text, and what the table sorts it by (numbers as numbers)."""
+    sort = float(value) if isinstance(value, numbers.Number) else value
+    return FORMATS.get(column, str)(value), sort
 
 
 def load_section(path: Path) -> dict[str, Any]:

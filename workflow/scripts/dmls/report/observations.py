@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .study import MIB, OK, Study
+from .study import MIB, OK, Study, seconds
 
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
 # that epoch-to-epoch noise of a few parts per thousand is not called overfitting.
@@ -46,7 +46,7 @@ def versus_baseline(study: Study) -> list[str]:
             f"test accuracy {_points(row['test_accuracy'] - base['test_accuracy'])} "
             f"({100 * row['test_accuracy']:.2f}% vs {100 * base['test_accuracy']:.2f}%)",
         ]
-        memory = _memory_column(study)
+        memory = study.memory
         if memory:
             column, what = memory
             parts.append(
@@ -92,7 +92,7 @@ def sweep(study: Study) -> list[str]:
     ok = ok.sort_values(f"spec.{key}")
     x = ok[f"spec.{key}"].to_numpy(dtype=float)
     lines = []
-    memory = _memory_column(study)
+    memory = study.memory
     if memory and len(ok) >= 3:
         column, what = memory
         y = ok[column].to_numpy(dtype=float) / MIB
@@ -212,16 +212,6 @@ def all_observations(study: Study, other: Study | None = None) -> list[str]:
     return lines + timing_caveat(study)
 
 
-def _memory_column(study: Study) -> tuple[str, str] | None:
-    """GPU memory when the runs used GPUs, else host RSS: the memory this study can compare."""
-    ok = study.ok
-    if ok.empty:
-        return None
-    if ok["peak_gpu_mem_allocated_bytes"].notna().all():
-        return "peak_gpu_mem_allocated_bytes", "peak GPU memory (max over GPUs)"
-    return "peak_host_rss_bytes", "peak host RSS (max over ranks)"
-
-
 def _ratio(value: float, reference: float) -> str:
     return f"{value / reference:.2f}×"
 
@@ -236,8 +226,8 @@ def _epochs(row: pd.Series) -> str:
     return f"{n} epoch{'s' if n != 1 else ''}"
 
 
-def _s(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds >= 10 else f"{seconds:.2f} s"
+def _s(value: float) -> str:
+    return f"{seconds(value)} s"
 
 
 def _workers(n: int) -> str:

@@ -29,7 +29,8 @@ def _pct(value: float) -> str:
     return f"{100 * value:.2f}"
 
 
-def _seconds(value: float) -> str:
+def seconds(value: float) -> str:
+    """A duration's number: one decimal from 10 s up, two below (tiny test runs)."""
     return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
@@ -48,11 +49,16 @@ RESULT_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("test_accuracy", "Test acc. (%)", _pct),
     ("train_loss", "Train loss", _num(".4f")),
     ("test_loss", "Test loss", _num(".4f")),
-    ("train_time_s", "Train time (s)", _seconds),
+    ("train_time_s", "Train time (s)", seconds),
     ("samples_per_s", "Samples/s", _num(",.0f")),
     ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)", str),
     ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)", _mib),
 ]
+
+# How a number of the summary row is shown, in every table of the report.
+FORMATS = {column: fmt for column, _, fmt in RESULT_COLUMNS} | {
+    "peak_gpu_mem_allocated_bytes": _mib
+}
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,16 @@ class Study:
             return None
         values = self.runs[f"spec.{varying[0]}"]
         return varying[0] if pd.api.types.is_numeric_dtype(values) else None
+
+    @property
+    def memory(self) -> tuple[str, str] | None:
+        """The memory this study can compare, as (column, description): GPU memory when the
+        finished runs used GPUs, else host RSS; None when no run finished."""
+        if self.ok.empty:
+            return None
+        if self.ok["peak_gpu_mem_allocated_bytes"].notna().all():
+            return "peak_gpu_mem_allocated_bytes", "peak GPU memory (max over GPUs)"
+        return "peak_host_rss_bytes", "peak host RSS (max over ranks)"
 
     @property
     def exclusive(self) -> bool:
