@@ -130,3 +130,37 @@ def test_absurd_learning_rate_diverges(tmp_path, tabular_dir):
     assert "non-finite loss at epoch 1" in metrics["reason"]
     assert metrics["final"]["epochs_completed"] == 1
     assert (run_dir / "history.csv").read_text().count("\n") == 2
+
+
+@pytest.fixture(scope="module")
+def images_dir(tmp_path_factory):
+    from dmls import data
+
+    out = tmp_path_factory.mktemp("images")
+    data.prepare("synthetic_cifar", {"n_train": 96, "n_test": 40, "seed": 0}, out)
+    return out
+
+
+@pytest.mark.parametrize("dataset", ["tabular", "images"])
+def test_device_loader_trains_exactly_like_the_course_dataloader(
+    tmp_path, tabular_dir, images_dir, dataset
+):
+    # Without random augmentation both paths feed the same batches in the same order, so the
+    # weights agree; with it, they draw different random numbers (see test_device_data.py).
+    settings = {"launcher": "torchrun", "nproc_per_node": 2, "batch_size": 16}
+    if dataset == "images":
+        cnn = {"name": "cnn", "conv_channels": [4], "fc_hidden": 8, "batch_norm": True}
+        settings |= {"dataset": "synthetic_cifar", "model": cnn}
+    data_dir = tabular_dir if dataset == "tabular" else images_dir
+    course, course_dir = run(tmp_path, data_dir, "course", loader="torch", **settings)
+    fast, fast_dir = run(tmp_path, data_dir, "fast", loader="device", **settings)
+    assert course["status"] == fast["status"] == "ok"
+    assert_same_weights(weights(course_dir), weights(fast_dir), atol=1e-6)
+    assert fast["final"]["test_loss"] == pytest.approx(course["final"]["test_loss"], abs=1e-6)
+    assert fast["step"] == {
+        "requested": "graph",
+        "compiled": False,
+        "memory_format": "contiguous",
+        "mode": "eager",
+        "eager_reason": "CUDA graphs need a GPU; this run trains on the CPU",
+    }

@@ -25,11 +25,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 from tqdm import tqdm
 
 from . import checkpoint
 from . import data as datasets
+from .captured_step import CapturedStep, eager_reason
+from .device_data import CROP_PADDING, BatchAugment, DeviceBatches, DeviceLoader
 from .faults import Fault
 from .models import build_model
 from .spec import FP8_MULTIPLE, RunSpec
@@ -141,6 +143,18 @@ def _device(spec: RunSpec, local_rank: int) -> torch.device:
 
 
 # --------------------------------------------------------------------------- data
+@dataclass
+class Loaders:
+    """One rank's training batches (and the sampler that orders them) and test batches."""
+
+    train: Any  # DataLoader or DeviceLoader: `len()`, iteration, and a `sampler` with set_epoch
+    test: Any
+    sampler: DistributedSampler
+    n_train: int
+    n_test: int
+    manifest: dict
+
+
 def _channel_stats(manifest: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """The training set's per-channel mean and std, shaped to broadcast over (C, H, W)."""
     return (
@@ -168,7 +182,7 @@ class AugmentedImages(Dataset):
         aug = spec.augment
         steps: list[Any] = [v2.ToDtype(torch.float32, scale=True)]
         if aug.random_crop:
-            steps.append(v2.RandomCrop(size, padding=4))
+            steps.append(v2.RandomCrop(size, padding=CROP_PADDING))
         if aug.horizontal_flip:
             steps.append(v2.RandomHorizontalFlip())
         if aug.color_jitter:
@@ -190,67 +204,90 @@ def _has_augmentation(spec: RunSpec) -> bool:
     return a.random_crop or a.horizontal_flip or bool(a.color_jitter) or bool(a.rotation_degrees)
 
 
-def make_datasets(spec: RunSpec, data_dir: Path) -> tuple[Dataset, Dataset, dict]:
+def make_loaders(
+    spec: RunSpec, env: Distributed, data_dir: Path, memory_format: torch.memory_format
+) -> Loaders:
+    """This rank's shard of the dataset, through the course's DataLoader (`loader: torch`) or
+    resident on the training device (`loader: device`, dmls/device_data.py)."""
     ds = datasets.load(data_dir, spec.dataset)
     x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
     if spec.train_samples:
         x_train, y_train = x_train[: spec.train_samples], y_train[: spec.train_samples]
     if spec.test_samples:
         x_test, y_test = x_test[: spec.test_samples], y_test[: spec.test_samples]
-    if x_train.ndim == 2:  # feature vectors: already float32, nothing to transform
-        train = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
-        test = TensorDataset(torch.from_numpy(x_test), torch.from_numpy(y_test))
-        return train, test, ds.manifest
-    # Without augmentation every epoch sees the same tensors: convert once, not per sample.
-    test = TensorDataset(
-        _normalize(torch.from_numpy(x_test), ds.manifest), torch.from_numpy(y_test)
-    )
-    if _has_augmentation(spec):
-        train = AugmentedImages(x_train, y_train, spec, ds.manifest)
-    else:
-        train = TensorDataset(
-            _normalize(torch.from_numpy(x_train), ds.manifest), torch.from_numpy(y_train)
-        )
-    return train, test, ds.manifest
-
-
-def make_loaders(spec: RunSpec, env: Distributed, train: Dataset, test: Dataset):
     # Every launcher shards through DistributedSampler, a single process with 1 replica: the
     # shuffled order is then the same, and 2 ranks × batch B/2 see exactly 1 rank × batch B.
     sampler = DistributedSampler(
-        train, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=spec.seed
-    )
+        range(len(y_train)), num_replicas=env.world_size, rank=env.rank, shuffle=True,
+        seed=spec.seed,
+    )  # fmt: skip
     # DataParallel splits one batch over its GPUs: batch_size is per GPU, as for DDP.
     per_step = spec.batch_size * (spec.nproc_per_node if spec.launcher == "dp" else 1)
-    common = dict(
-        num_workers=spec.num_workers,
-        pin_memory=env.device.type == "cuda",
-        persistent_workers=spec.num_workers > 0,
-    )
     # fp8 GEMMs need the batch divisible by 16 in the weight-gradient matmul too, so fp8 runs drop
     # a ragged last batch (fewer than batch_size samples per epoch go unseen).
     drop_last = spec.precision == "fp8"
-    train_loader = DataLoader(
-        train, batch_size=per_step, sampler=sampler, drop_last=drop_last, **common
-    )
     # Test shards without DistributedSampler's padding, so the reduced metrics cover every
     # test sample exactly once.
-    shard = Subset(test, range(env.rank, len(test), env.world_size))
-    test_loader = DataLoader(shard, batch_size=max(per_step, 256), shuffle=False, **common)
-    return train_loader, sampler, test_loader
+    shard = slice(env.rank, None, env.world_size)
+    test_batch = max(per_step, 256)
+    images = x_train.ndim == 4
+    test_x = _normalize(torch.from_numpy(x_test), ds.manifest) if images else x_test
+    test_x, test_y = torch.as_tensor(test_x)[shard], torch.from_numpy(y_test)[shard]
+
+    if spec.loader == "device":
+        device = env.device
+        transform = None
+        if images:
+            transform = BatchAugment(
+                spec.augment, ds.manifest["mean"], ds.manifest["std"], device, memory_format
+            )
+            test_x = test_x.contiguous(memory_format=memory_format)
+        train = DeviceLoader(
+            torch.from_numpy(x_train).to(device), torch.from_numpy(y_train).to(device),
+            sampler, per_step, drop_last, transform,
+        )  # fmt: skip
+        test = DeviceBatches(test_x.to(device), test_y.to(device), test_batch)
+    else:
+        if not images:  # feature vectors: already float32, nothing to transform
+            train_set = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
+        elif _has_augmentation(spec):
+            train_set = AugmentedImages(x_train, y_train, spec, ds.manifest)
+        else:  # every epoch sees the same tensors: convert once, not per sample
+            train_set = TensorDataset(
+                _normalize(torch.from_numpy(x_train), ds.manifest), torch.from_numpy(y_train)
+            )
+        common = dict(
+            num_workers=spec.num_workers,
+            pin_memory=env.device.type == "cuda",
+            persistent_workers=spec.num_workers > 0,
+        )
+        train = DataLoader(
+            train_set, batch_size=per_step, sampler=sampler, drop_last=drop_last, **common
+        )
+        test = DataLoader(
+            TensorDataset(test_x, test_y), batch_size=test_batch, shuffle=False, **common
+        )
+    return Loaders(train, test, sampler, len(y_train), len(y_test), ds.manifest)
 
 
 # --------------------------------------------------------------------------- model & optimizer
-def make_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
+def make_optimizer(spec: RunSpec, params, fused: bool) -> torch.optim.Optimizer:
+    """The spec's optimizer. `fused`: one multi-tensor CUDA kernel updates every parameter
+    (Adam, AdamW, SGD) instead of a few kernels per parameter; the arithmetic is the same."""
     o = spec.optimizer
+    # RMSprop has no fused kernel; foreach still batches its per-parameter updates.
+    kernel = {"fused": True} if fused else {}
     if o.name == "sgd":
-        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+        return torch.optim.SGD(
+            params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, **kernel
+        )
     if o.name == "adam":
-        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
+        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay, **kernel)
     if o.name == "adamw":
-        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **kernel)
     if o.name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=o.lr, weight_decay=o.weight_decay)
+        foreach = {"foreach": True} if fused else {}
+        return torch.optim.RMSprop(params, lr=o.lr, weight_decay=o.weight_decay, **foreach)
     raise ValueError(f"unknown optimizer {o.name!r}")
 
 
@@ -263,9 +300,10 @@ def make_scheduler(spec: RunSpec, optimizer, steps_per_epoch: int):
 
 
 class PrecisionProbe:
-    """Records the dtype the first conv/linear layer really outputs during training: the
-    *effective* precision, which differs from the requested one when autocast does nothing
-    (accelerate's fp16 on a CPU, for instance)."""
+    """Records the dtype the first conv/linear layer really outputs in the first training step:
+    the *effective* precision, which differs from the requested one when autocast does nothing
+    (accelerate's fp16 on a CPU, for instance). The hook then removes itself, so it costs the
+    other steps nothing and never enters a compiled or captured step."""
 
     def __init__(self, model: nn.Module) -> None:
         self.seen: set[str] = set()
@@ -275,6 +313,7 @@ class PrecisionProbe:
     def _hook(self, module, inputs, output) -> None:
         if module.training:
             self.seen.add(DTYPE_NAMES.get(output.dtype, str(output.dtype)))
+            self.handle.remove()
 
     @property
     def effective(self) -> str:
@@ -321,16 +360,27 @@ class Trainer:
 
     def __init__(self, spec: RunSpec, env: Distributed, data_dir: Path) -> None:
         self.spec, self.env = spec, env
-        train_set, test_set, self.manifest = make_datasets(spec, data_dir)
-        self.train_loader, self.sampler, self.test_loader = make_loaders(
-            spec, env, train_set, test_set
+        self.fault = Fault.from_env()
+        cuda = env.device.type == "cuda"
+        # The fast step on a GPU (`step: graph|compile`); `step: eager` is the course's code.
+        fast = cuda and spec.step != "eager"
+        # channels_last: cuDNN's convolutions run NHWC natively; NCHW costs a transpose each.
+        images = spec.model.name != "mlp"
+        self.memory_format = torch.channels_last if fast and images else torch.contiguous_format
+        if fast:
+            torch.backends.cudnn.benchmark = True  # fixed shapes: time the conv algorithms once
+        loaders = make_loaders(spec, env, data_dir, self.memory_format)
+        self.train_loader, self.test_loader, self.sampler = (
+            loaders.train,
+            loaders.test,
+            loaders.sampler,
         )
-        self.n_train, self.n_test = len(train_set), len(test_set)
+        self.n_train, self.n_test, self.manifest = loaders.n_train, loaders.n_test, loaders.manifest
 
         torch.manual_seed(spec.seed)  # identical initial weights on every rank
         self.model = build_model(
             spec.model, self.manifest["input_shape"], self.manifest["num_classes"]
-        ).to(env.device)
+        ).to(env.device, memory_format=self.memory_format)
         native_fp8 = spec.precision == "fp8" and spec.launcher != "accelerate"
         self.fp8_linear_layers = _convert_to_float8(self.model) if native_fp8 else 0
         self.probe = PrecisionProbe(self.model)
@@ -338,7 +388,7 @@ class Trainer:
             # An fp8 GEMM returns the dtype of its input, so the hook can't see it: say so here.
             self.probe.seen.add("fp8")
         self.criterion = nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing)
-        self.optimizer = make_optimizer(spec, self.model.parameters())
+        self.optimizer = make_optimizer(spec, self.model.parameters(), fused=fast)
         steps_per_epoch = math.ceil(len(self.train_loader) / spec.grad_accum_steps)
         self.scheduler = make_scheduler(spec, self.optimizer, steps_per_epoch)
         self.autocast_dtype = (
@@ -347,8 +397,21 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(
             env.device.type, enabled=spec.precision == "fp16" and spec.launcher != "accelerate"
         )
-        self.wrapped = self._wrap()
-        self.fault = Fault.from_env()
+        drill = self.fault is not None and self.fault.targets(spec.run_id)
+        self.eager_reason = eager_reason(spec, env.device, fault_drill=drill)
+        # Graphs are captured on a side stream, and DDP must be built on the stream it runs on.
+        self.stream = torch.cuda.Stream(env.device) if self.eager_reason is None else None
+        with self._step_stream():
+            self.wrapped = self._wrap()
+        # What runs a training micro-step: the wrapped model, compiled for `step: compile`
+        # after the first step (which runs eagerly, so the precision probe sees it).
+        self.step_module = self.wrapped
+        self.compile_pending = self.stream is not None and spec.step == "compile"
+        self.captured = None
+        if self.stream is not None:
+            ddp = isinstance(self.wrapped, nn.parallel.DistributedDataParallel)
+            self.captured = CapturedStep(self._micro_step, 11 if ddp else 3, self.stream)
+            torch.cuda.synchronize(env.device)  # the side stream starts after the setup copies
 
     # -- launcher hooks
     def _wrap(self) -> nn.Module:
@@ -393,7 +456,8 @@ class Trainer:
         else:
             self.scaler.step(self.optimizer)  # a plain step when the scaler is disabled
             self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        # After capture the gradients live in the graph's memory: zero them, don't drop them.
+        self.optimizer.zero_grad(set_to_none=not (self.captured and self.captured.graph))
         if self.scheduler is not None:
             self.scheduler.step()
 
@@ -402,8 +466,37 @@ class Trainer:
             self.env.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
         )
 
+    def _step_stream(self):
+        return torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext()
+
+    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch on the training device (a no-op for `loader: device`)."""
+        x = x.to(self.env.device, non_blocking=True).contiguous(memory_format=self.memory_format)
+        return x, y.to(self.env.device, non_blocking=True)
+
+    def _micro_step(
+        self, x: torch.Tensor, y: torch.Tensor, divisor: int = 1, fault: Fault | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward, loss and backward of one micro-batch; returns the (undivided) loss and
+        the logits."""
+        with self._autocast():
+            logits = self.step_module(x)
+            loss = self.criterion(logits, y)
+        if fault:
+            loss = fault.fire(loss)
+        self._backward(loss / divisor)
+        if self.compile_pending:
+            # Inductor fuses the step's elementwise work (BN, activation, pooling, their
+            # backward) into a few kernels; the CUDA graph then replays those.
+            self.step_module, self.compile_pending = torch.compile(self.wrapped), False
+        return loss, logits
+
     # -- epochs
     def train_epoch(self, epoch: int) -> tuple[float, float]:
+        with self._step_stream():
+            return self._train_epoch(epoch)
+
+    def _train_epoch(self, epoch: int) -> tuple[float, float]:
         self.wrapped.train()
         self.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         k, n = self.spec.grad_accum_steps, len(self.train_loader)
@@ -413,16 +506,15 @@ class Trainer:
             fault = None
         sums = torch.zeros(3, device=self.env.device, dtype=torch.float64)
         for step, (x, y) in enumerate(self._progress(self.train_loader, epoch)):
-            x = x.to(self.env.device, non_blocking=True)
-            y = y.to(self.env.device, non_blocking=True)
+            x, y = self._to_device(x, y)
             last_micro = (step + 1) % k == 0 or step + 1 == n
-            with self._no_sync(skip_sync=not last_micro):
-                with self._autocast():
-                    logits = self.wrapped(x)
-                    loss = self.criterion(logits, y)
-                if fault and step == n // 2:
-                    loss = fault.fire(loss)
-                self._backward(loss / (k if step < tail_start else n - tail_start))
+            if self.captured is not None:  # k == 1 here: every step is a last micro-step
+                loss, logits = self.captured(x, y)
+            else:
+                with self._no_sync(skip_sync=not last_micro):
+                    divisor = k if step < tail_start else n - tail_start
+                    fire = fault if step == n // 2 else None
+                    loss, logits = self._micro_step(x, y, divisor, fire)
             if last_micro:
                 self._optimizer_step()
             # Sums stay on the device: no host sync inside the epoch.
@@ -438,8 +530,7 @@ class Trainer:
         plain = nn.CrossEntropyLoss(reduction="sum")  # test loss without label smoothing
         sums = torch.zeros(3, device=self.env.device, dtype=torch.float64)
         for x, y in self.test_loader:
-            x = x.to(self.env.device, non_blocking=True)
-            y = y.to(self.env.device, non_blocking=True)
+            x, y = self._to_device(x, y)
             with self._autocast():
                 logits = self.wrapped(x)
             sums[0] += plain(logits.float(), y).double()
@@ -567,6 +658,23 @@ class Trainer:
         checkpoint.set_rng_state(state["rng"][self.env.rank], self.env.device)
         return Progress(**state["progress"])
 
+    def step_record(self) -> dict[str, Any]:
+        """How the training steps really ran: replayed from a CUDA graph, or eagerly and why."""
+        record: dict[str, Any] = {
+            "requested": self.spec.step,
+            "compiled": self.step_module is not self.wrapped,
+            "memory_format": "channels_last"
+            if self.memory_format == torch.channels_last
+            else "contiguous",
+        }
+        if self.captured is None:
+            return record | {"mode": "eager", "eager_reason": self.eager_reason}
+        summary = self.captured.summary
+        if not summary["captured"]:
+            reason = f"no epoch had more than {self.captured.warmup_steps} full batches to warm up"
+            return record | summary | {"mode": "eager", "eager_reason": reason}
+        return record | summary | {"mode": "cuda_graph", "eager_reason": None}
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
 
@@ -645,6 +753,7 @@ def train(
             },
             "effective_precision": "/".join(sorted(set(effective))),
             "fp8_linear_layers": trainer.fp8_linear_layers,
+            "step": trainer.step_record(),
             "data": {
                 k: trainer.manifest.get(k) for k in ("name", "synthetic", "source", "input_shape")
             }

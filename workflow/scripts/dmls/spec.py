@@ -86,6 +86,8 @@ class RunSpec:
     train_samples: int
     test_samples: int
     num_workers: int
+    loader: str
+    step: str
 
     @property
     def run_id(self) -> str:
