@@ -367,8 +367,7 @@ class Trainer:
         # channels_last: cuDNN's convolutions run NHWC natively; NCHW costs a transpose each.
         images = spec.model.name != "mlp"
         self.memory_format = torch.channels_last if fast and images else torch.contiguous_format
-        if fast:
-            torch.backends.cudnn.benchmark = True  # fixed shapes: time the conv algorithms once
+        torch.backends.cudnn.benchmark = fast  # fixed shapes: time the conv algorithms once
         loaders = make_loaders(spec, env, data_dir, self.memory_format)
         self.train_loader, self.test_loader, self.sampler = (
             loaders.train,

@@ -1,0 +1,268 @@
+"""Seconds per epoch of the course CNN, the course's way and the fast way, side by side.
+
+    python3 bench/epoch_speed.py [--out speed.json]                   # every GPU comparison
+    python3 bench/epoch_speed.py --accuracy-data DIR [--out ...]      # + Fashion-MNIST accuracy
+    python3 bench/epoch_speed.py --device cpu --n-train 512 --epochs 1  # the CPU path (CI)
+
+Every row is one training of the pipeline's own engine (dmls.engine.train, the code the DAG
+runs), with the A1 settings of config/config.yaml (3-conv CNN, AdamW + OneCycle, random crop
+and flip) on a synthetic CIFAR-shaped set (uint8 3×32×32, 50,000 training images: CIFAR-10
+itself can't be fetched everywhere, and speed doesn't depend on the pixels). Single-GPU rows
+run in this process on GPU 0; the DDP rows start one process per GPU. An epoch's time is the
+engine's own `train_time_s` (synchronised before and after); "steady" is the median over the
+epochs after the first, which also pays for cuDNN autotuning, CUDA-graph capture and
+compilation. The table puts the ratios the targets are stated in first; --out writes JSON.
+With --accuracy-data (a folder with Fashion-MNIST's IDX files), the course path and the fast
+path also train on real Fashion-MNIST for a few seeds, to show they reach the same accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from dmls import data, engine  # noqa: E402
+from dmls.spec import RunSpec, deep_merge, resolve_runs  # noqa: E402
+
+COURSE = {"loader": "torch", "step": "eager"}  # DataLoader + per-image transforms, eager steps
+
+
+def a1_spec(run: str, **overrides: Any) -> RunSpec:
+    """The A1 run spec of config/config.yaml with `overrides`, completed from the schema."""
+    from snakemake.utils import validate
+
+    with open(ROOT / "config" / "config.yaml") as f:
+        defaults = yaml.safe_load(f)["defaults"]
+    config = {
+        "defaults": deep_merge(defaults, overrides),
+        "studies": {"parallelism": {"runs": {run: {}}}},
+    }
+    validate(config, str(ROOT / "config" / "schemas" / "config.schema.yaml"))
+    return resolve_runs(config)[f"parallelism/{run}"]
+
+
+def plan(device: str, gpus: int, batch_small: int, batch_large: int) -> list[dict[str, Any]]:
+    """The rows: (name, processes, spec overrides)."""
+    fast = {"loader": "device"}
+    rows = [
+        ("course", 1, {**COURSE, "batch_size": batch_small}),
+        ("device_eager", 1, {**fast, "step": "eager", "batch_size": batch_small}),
+        ("device_graph", 1, {**fast, "step": "graph", "batch_size": batch_small}),
+    ]
+    if device == "cuda":
+        rows += [
+            ("device_compile", 1, {**fast, "step": "compile", "batch_size": batch_small}),
+            ("course_large", 1, {**COURSE, "batch_size": batch_large}),
+            ("device_graph_large", 1, {**fast, "step": "graph", "batch_size": batch_large}),
+            ("device_compile_large", 1, {**fast, "step": "compile", "batch_size": batch_large}),
+        ]
+        if gpus >= 2:
+            ddp = {"launcher": "torchrun", "nproc_per_node": 2, "backend": "nccl"}
+            rows += [
+                (f"ddp2_{step}_large", 2, {**fast, **ddp, "step": step, "batch_size": batch_large})
+                for step in ("graph", "compile")
+            ]
+    return [{"name": n, "processes": p, "overrides": o} for n, p, o in rows]
+
+
+def train_once(spec: RunSpec, data_dir: Path, work: Path) -> dict[str, Any]:
+    run_dir = work / spec.run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = engine.train(spec, data_dir, run_dir / "model.pt", run_dir / "checkpoint.pt")
+    assert result is not None  # rank 0
+    return result
+
+
+def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str, out: str):
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+    spec = RunSpec.from_json(spec_json)
+    run_dir = Path(out) / spec.run
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = engine.train(spec, Path(data_dir), run_dir / "model.pt", run_dir / "checkpoint.pt")
+    if result is not None:
+        (run_dir / "result.json").write_text(json.dumps(result))
+
+
+def train_ddp(spec: RunSpec, data_dir: Path, work: Path) -> dict[str, Any]:
+    """One process per GPU, as torchrun would start them (the engine reads the same variables)."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(
+        _ddp_worker,
+        args=(spec.processes, port, spec.to_json(), str(data_dir), str(work)),
+        nprocs=spec.processes,
+    )
+    return json.loads((work / spec.run / "result.json").read_text())
+
+
+def measure(row: dict[str, Any], base: dict[str, Any], data_dir: Path, work: Path) -> dict:
+    spec = a1_spec(row["name"], **deep_merge(base, row["overrides"]))
+    print(f"-- {row['name']}: {row['overrides']}", file=sys.stderr, flush=True)
+    result = (train_ddp if row["processes"] > 1 else train_once)(spec, data_dir, work)
+    if result["status"] != "ok":
+        raise RuntimeError(f"{row['name']} ended {result['status']}: {result['reason']}")
+    epochs = [h["train_time_s"] for h in result["history"]]
+    return {
+        "name": row["name"],
+        "gpus": row["processes"] if spec.device == "cuda" else 0,
+        "batch_per_process": spec.batch_size,
+        "loader": spec.loader,
+        "step": result["step"]["mode"] + ("+compile" if result["step"]["compiled"] else ""),
+        "eager_reason": result["step"]["eager_reason"],
+        "n_train": result["data"]["n_train"],
+        "first_epoch_s": epochs[0],
+        "steady_epoch_s": statistics.median(epochs[1:]) if len(epochs) > 1 else epochs[0],
+        "test_accuracy": result["final"]["test_accuracy"],
+    }
+
+
+def ratios(rows: dict[str, dict]) -> list[tuple[str, float, str]]:
+    """(claim, value, target) for each target the issue states, where both rows ran."""
+
+    def speedup(slow: str, fast: str) -> float | None:
+        if slow in rows and fast in rows:
+            return rows[slow]["steady_epoch_s"] / rows[fast]["steady_epoch_s"]
+        return None
+
+    out = []
+    best_small = min(
+        (r for r in rows.values() if r["gpus"] <= 1 and r["name"].startswith("device_")
+         and not r["name"].endswith("_large")),
+        key=lambda r: r["steady_epoch_s"], default=None,
+    )  # fmt: skip
+    if best_small and "course" in rows:
+        out.append((
+            f"{best_small['name']} vs course, batch {best_small['batch_per_process']}",
+            speedup("course", best_small["name"]), "≥ 10×",
+        ))  # fmt: skip
+        out.append((f"{best_small['name']} s/epoch", best_small["steady_epoch_s"], "≤ 0.6 s"))
+    for step in ("graph", "compile"):
+        value = speedup(f"device_{step}_large", f"ddp2_{step}_large")
+        if value is not None:
+            out.append((f"DDP 2 GPUs vs 1 GPU ({step}), batch 128/GPU", value, "≥ 1.8×"))
+    return out
+
+
+def print_table(rows: list[dict], claims: list[tuple[str, float, str]], host: str) -> None:
+    print(f"\n{host}")
+    for claim, value, target in claims:
+        unit = " s" if "s/epoch" in claim else "×"
+        print(f"  {claim:<48} {value:8.2f}{unit}   target {target}")
+    course = {r["batch_per_process"]: r for r in rows if r["loader"] == "torch" and r["gpus"] <= 1}
+    header = ("run", "GPUs", "batch", "loader", "step", "1st s", "s/epoch", "vs course", "test acc")
+    print("\n" + "  ".join(f"{h:>10}" if i else f"{h:<22}" for i, h in enumerate(header)))
+    for r in rows:
+        ref = course.get(r["batch_per_process"])
+        vs = f"{ref['steady_epoch_s'] / r['steady_epoch_s']:.2f}×" if ref else "-"
+        cells = (r["name"], r["gpus"], r["batch_per_process"], r["loader"], r["step"],
+                 f"{r['first_epoch_s']:.3f}", f"{r['steady_epoch_s']:.3f}", vs,
+                 f"{r['test_accuracy']:.4f}")  # fmt: skip
+        print("  ".join(f"{c:>10}" if i else f"{c:<22}" for i, c in enumerate(cells)))
+
+
+def accuracy_check(data_dir: Path, work: Path, device: str, seeds: int, epochs: int) -> dict:
+    """Course path vs fast path on real Fashion-MNIST: test accuracy over `seeds` seeds."""
+    out: dict[str, Any] = {}
+    for name, path in (("course", COURSE), ("fast", {"loader": "device", "step": "graph"})):
+        accs = []
+        for seed in range(seeds):
+            spec = a1_spec(
+                f"fmnist_{name}_{seed}", dataset="fashion_mnist", device=device, epochs=epochs,
+                seed=seed, batch_size=128, **path,
+            )  # fmt: skip
+            print(f"-- accuracy {name} seed {seed}", file=sys.stderr, flush=True)
+            accs.append(train_once(spec, data_dir, work)["final"]["test_accuracy"])
+        out[name] = {"test_accuracy": accs, "mean": statistics.mean(accs),
+                     "std": statistics.stdev(accs) if len(accs) > 1 else 0.0}  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--n-train", type=int, default=50_000)
+    parser.add_argument("--n-test", type=int, default=10_000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32, help="the small batch (course: 32)")
+    parser.add_argument("--batch-large", type=int, default=128)
+    parser.add_argument("--accuracy-data", type=Path, help="folder with Fashion-MNIST IDX files")
+    parser.add_argument("--accuracy-seeds", type=int, default=3)
+    parser.add_argument("--accuracy-epochs", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="write the rows and ratios here as JSON")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda, but CUDA is not available here (use --device cpu)")
+
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    where = f"{gpus}× {torch.cuda.get_device_name(0)}" if gpus else "CPU"
+    host = (
+        f"{socket.gethostname()}: {where}, torch {torch.__version__}, "
+        f"synthetic CIFAR-shaped data ({args.n_train} train images)"
+    )
+    base = {
+        "dataset": "synthetic_cifar",
+        "device": args.device,
+        "epochs": args.epochs,
+        "num_workers": min(4, os.cpu_count() or 1),
+    }
+    if args.device == "cpu":
+        base |= {"backend": "gloo", "model": {"conv_channels": [8, 16], "fc_hidden": 32}}
+    with tempfile.TemporaryDirectory(prefix="dmls-bench-") as tmp:
+        work = Path(tmp)
+        data.prepare(
+            "synthetic_cifar", {"n_train": args.n_train, "n_test": args.n_test, "seed": 0}, work
+        )
+        rows = [
+            measure(row, base, work, work)
+            for row in plan(args.device, gpus, args.batch, args.batch_large)
+        ]
+        by_name = {r["name"]: r for r in rows}
+        claims = ratios(by_name)
+        report: dict[str, Any] = {
+            "host": host,
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if gpus else None,
+            "data": "synthetic CIFAR-shaped (uint8 3x32x32)",
+            "rows": rows,
+            "ratios": [{"claim": c, "value": v, "target": t} for c, v, t in claims],
+        }
+        if args.accuracy_data:
+            data.prepare(
+                "fashion_mnist", {"debian_dir": str(args.accuracy_data), "download": False}, work,
+                strict=True,
+            )  # fmt: skip
+            report["fashion_mnist_accuracy"] = accuracy_check(
+                work, work, args.device, args.accuracy_seeds, args.accuracy_epochs
+            )
+    print_table(rows, claims, host)
+    if "fashion_mnist_accuracy" in report:
+        for name, acc in report["fashion_mnist_accuracy"].items():
+            print(f"Fashion-MNIST {name}: test accuracy {acc['mean']:.4f} ± {acc['std']:.4f} "
+                  f"({', '.join(f'{a:.4f}' for a in acc['test_accuracy'])})")  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

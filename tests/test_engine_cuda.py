@@ -1,0 +1,53 @@
+"""The fast step on a GPU: a CUDA-graph run learns what the eager run learns (GPU hosts only;
+bench/gpu_speed.sh runs it)."""
+
+import pytest
+import torch
+
+from conftest import make_spec
+from dmls import data, engine
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CNN = {"name": "cnn", "conv_channels": [16, 32], "fc_hidden": 64, "batch_norm": True}
+
+
+@pytest.fixture(scope="module")
+def images_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("images")
+    data.prepare("synthetic_cifar", {"n_train": 2000, "n_test": 500, "seed": 0}, out)
+    return out
+
+
+def train(tmp_path, data_dir, name, **overrides):
+    settings = dict(
+        dataset="synthetic_cifar", model=CNN, device="cuda", epochs=3, batch_size=64,
+        optimizer={"name": "adamw", "lr": 0.003, "weight_decay": 0.05},
+        scheduler={"name": "onecycle", "max_lr": 0.003},
+    )  # fmt: skip
+    spec = make_spec(run=name, **(settings | overrides))
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    result = engine.train(spec, data_dir, run_dir / "model.pt", run_dir / "ckpt.pt")
+    assert result is not None and result["status"] == "ok", result
+    return result
+
+
+@pytest.mark.parametrize("step", ["graph", "compile"])
+def test_a_captured_step_learns_what_the_eager_step_learns(tmp_path, images_dir, step):
+    eager = train(tmp_path, images_dir, "eager", step="eager")
+    fast = train(tmp_path, images_dir, step, step=step)
+    record = fast["step"]
+    assert record["mode"] == "cuda_graph" and record["memory_format"] == "channels_last"
+    assert record["compiled"] is (step == "compile")
+    # 2000 images / 64 = 31 full batches and a ragged one per epoch: 3 warm-up steps, then
+    # every full batch replays the graph and every ragged batch runs eagerly.
+    assert record["eager_steps"] == 3 and record["replayed_steps"] == 3 * 31 - 3
+    assert eager["step"]["mode"] == "eager" and eager["step"]["eager_reason"] == "step: eager"
+    # channels_last, fused AdamW and autotuned convolutions change rounding, not what is
+    # learned: the same loss curve within a few percent.
+    for e, f in zip(eager["history"], fast["history"], strict=True):
+        assert f["train_loss"] == pytest.approx(e["train_loss"], rel=0.05)
+    assert fast["final"]["test_accuracy"] == pytest.approx(
+        eager["final"]["test_accuracy"], abs=0.05
+    )
