@@ -208,7 +208,7 @@ def main() -> None:
     parser.add_argument("--batch-large", type=int, default=128)
     parser.add_argument("--accuracy-data", type=Path, help="folder with Fashion-MNIST IDX files")
     parser.add_argument("--accuracy-seeds", type=int, default=3)
-    parser.add_argument("--accuracy-epochs", type=int, default=5)
+    parser.add_argument("--accuracy-epochs", type=int, default=3)
     parser.add_argument("--out", type=Path, help="write the rows and ratios here as JSON")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
