@@ -71,10 +71,8 @@ def plan(device: str, gpus: int, batch_small: int, batch_large: int) -> list[dic
         ]
         if gpus >= 2:
             ddp = {"launcher": "torchrun", "nproc_per_node": 2, "backend": "nccl"}
-            rows += [
-                (f"ddp2_{step}_large", 2, {**fast, **ddp, "step": step, "batch_size": batch_large})
-                for step in ("graph", "compile")
-            ]
+            # (Under DDP the engine doesn't compile: see Trainer.compile_pending.)
+            rows.append(("ddp2_graph_large", 2, {**fast, **ddp, "batch_size": batch_large}))
     return [{"name": n, "processes": p, "overrides": o} for n, p, o in rows]
 
 
@@ -155,10 +153,9 @@ def ratios(rows: dict[str, dict]) -> list[tuple[str, float, str]]:
             speedup("course", best_small["name"]), "≥ 10×",
         ))  # fmt: skip
         out.append((f"{best_small['name']} s/epoch", best_small["steady_epoch_s"], "≤ 0.6 s"))
-    for step in ("graph", "compile"):
-        value = speedup(f"device_{step}_large", f"ddp2_{step}_large")
-        if value is not None:
-            out.append((f"DDP 2 GPUs vs 1 GPU ({step}), batch 128/GPU", value, "≥ 1.8×"))
+    value = speedup("device_graph_large", "ddp2_graph_large")
+    if value is not None:
+        out.append(("DDP 2 GPUs vs 1 GPU (graph), batch 128/GPU", value, "≥ 1.8×"))
     return out
 
 
@@ -247,21 +244,25 @@ def main() -> None:
             "rows": rows,
             "ratios": [{"claim": c, "value": v, "target": t} for c, v, t in claims],
         }
+        print_table(rows, claims, host)
+        save(report, args.out)  # the speed table survives a slow accuracy check
         if args.accuracy_data:
             data.prepare(
                 "fashion_mnist", {"debian_dir": str(args.accuracy_data), "download": False}, work,
                 strict=True,
             )  # fmt: skip
-            report["fashion_mnist_accuracy"] = accuracy_check(
+            accuracy = accuracy_check(
                 work, work, args.device, args.accuracy_seeds, args.accuracy_epochs
             )
-    print_table(rows, claims, host)
-    if "fashion_mnist_accuracy" in report:
-        for name, acc in report["fashion_mnist_accuracy"].items():
-            print(f"Fashion-MNIST {name}: test accuracy {acc['mean']:.4f} ± {acc['std']:.4f} "
-                  f"({', '.join(f'{a:.4f}' for a in acc['test_accuracy'])})")  # fmt: skip
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2))
+            for name, acc in accuracy.items():
+                print(f"Fashion-MNIST {name}: test accuracy {acc['mean']:.4f} ± {acc['std']:.4f} "
+                      f"({', '.join(f'{a:.4f}' for a in acc['test_accuracy'])})")  # fmt: skip
+            save(report | {"fashion_mnist_accuracy": accuracy}, args.out)
+
+
+def save(report: dict[str, Any], path: Path | None) -> None:
+    if path:
+        path.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ tail -n 4 "$out/test_engine_cuda.log"
 
 accuracy=()
 [ -f .gpudata/train-images-idx3-ubyte.gz ] && accuracy=(--accuracy-data .gpudata)
-python3 bench/epoch_speed.py "${accuracy[@]}" --out "$out/speed.json" 2>"$out/speed.err" |
+timeout 500 python3 bench/epoch_speed.py "${accuracy[@]}" --out "$out/speed.json" 2>"$out/speed.err" |
   tee "$out/speed.log"
 speed=${PIPESTATUS[0]}
 [ "$speed" = 0 ] || tail -n 30 "$out/speed.err"

@@ -5,8 +5,9 @@ The course's path (`loader: torch`) augments one image at a time in DataLoader w
 copies every batch to the GPU; at batch 32 that costs more than the training step itself. Here
 an epoch is one index tensor: the order is drawn by the same `DistributedSampler` the course
 path uses (so each rank sees exactly the samples it would see there, in the same order), and
-each batch is one gather from the resident uint8 images plus a few batched augmentation kernels.
-Nothing here waits for the device, so the host can queue steps ahead of the GPU.
+the epoch's images are gathered from the resident uint8 set and augmented a few thousand at a
+time, each image with its own random parameters. A step then only slices its batch. Nothing here
+waits for the device, so the host can queue steps ahead of the GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch.utils.data import DistributedSampler
 from .spec import AugmentSpec
 
 CROP_PADDING = 4  # the course's RandomCrop(size, padding=4)
+EPOCH_CHUNK = 8192  # images augmented per kernel: bounds the augmentation's temporary memory
 # ITU-R 601 luma, the weights torchvision's rgb_to_grayscale uses.
 GREY_WEIGHTS = (0.299, 0.587, 0.114)
 
@@ -139,11 +141,15 @@ class DeviceLoader:
         # One host-to-device copy per epoch: this rank's whole index list.
         order = torch.tensor(list(self.sampler), dtype=torch.long)
         order = order.pin_memory() if self.inputs.is_cuda else order
-        order = order.to(self.inputs.device, non_blocking=True)
-        for start in range(0, len(self) * self.batch_size, self.batch_size):
-            index = order[start : start + self.batch_size]
-            x = self.inputs[index]
-            yield (self.transform(x) if self.transform else x), self.labels[index]
+        order = order.to(self.inputs.device, non_blocking=True)[: len(self) * self.batch_size]
+        # The whole epoch is gathered and augmented up front, a chunk of images per kernel: a
+        # step then only slices its batch, which keeps the host ahead of a small-batch GPU step.
+        inputs, labels = self.inputs[order], self.labels[order]
+        if self.transform:
+            inputs = torch.cat([self.transform(chunk) for chunk in inputs.split(EPOCH_CHUNK)])
+        for start in range(0, len(order), self.batch_size):
+            end = start + self.batch_size
+            yield inputs[start:end], labels[start:end]
 
 
 class DeviceBatches:

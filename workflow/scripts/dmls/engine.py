@@ -402,14 +402,19 @@ class Trainer:
         self.stream = torch.cuda.Stream(env.device) if self.eager_reason is None else None
         with self._step_stream():
             self.wrapped = self._wrap()
+            # Training loss, correct predictions and samples of the epoch so far.
+            self.sums = torch.zeros(3, device=env.device, dtype=torch.float64)
         # What runs a training micro-step: the wrapped model, compiled for `step: compile`
         # after the first step (which runs eagerly, so the precision probe sees it).
         self.step_module = self.wrapped
-        self.compile_pending = self.stream is not None and spec.step == "compile"
+        ddp = isinstance(self.wrapped, nn.parallel.DistributedDataParallel)
+        # Under DDP, compiling and then capturing hung (2× H200, torch 2.11): DDP runs graphed.
+        self.compile_pending = self.stream is not None and spec.step == "compile" and not ddp
         self.captured = None
         if self.stream is not None:
-            ddp = isinstance(self.wrapped, nn.parallel.DistributedDataParallel)
-            self.captured = CapturedStep(self._micro_step, 11 if ddp else 3, self.stream)
+            self.captured = CapturedStep(
+                self._micro_step, self._zero_grads_in_place, 11 if ddp else 3, self.stream
+            )
             torch.cuda.synchronize(env.device)  # the side stream starts after the setup copies
 
     # -- launcher hooks
@@ -455,8 +460,9 @@ class Trainer:
         else:
             self.scaler.step(self.optimizer)  # a plain step when the scaler is disabled
             self.scaler.update()
-        # After capture the gradients live in the graph's memory: zero them, don't drop them.
-        self.optimizer.zero_grad(set_to_none=not (self.captured and self.captured.graph))
+        if not (self.captured and self.captured.graph):
+            # (A replayed step writes every gradient: nothing to zero once the step is captured.)
+            self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None:
             self.scheduler.step()
 
@@ -464,6 +470,9 @@ class Trainer:
         return torch.autocast(
             self.env.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
         )
+
+    def _zero_grads_in_place(self) -> None:
+        self.optimizer.zero_grad(set_to_none=False)
 
     def _step_stream(self):
         return torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext()
@@ -475,20 +484,22 @@ class Trainer:
 
     def _micro_step(
         self, x: torch.Tensor, y: torch.Tensor, divisor: int = 1, fault: Fault | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward, loss and backward of one micro-batch; returns the (undivided) loss and
-        the logits."""
+    ) -> None:
+        """Forward, loss and backward of one micro-batch, adding its loss, correct predictions
+        and size to `self.sums` (on the device: no host sync inside the epoch)."""
         with self._autocast():
             logits = self.step_module(x)
             loss = self.criterion(logits, y)
         if fault:
             loss = fault.fire(loss)
         self._backward(loss / divisor)
+        self.sums[0] += loss.detach().double() * len(y)
+        self.sums[1] += (logits.argmax(1) == y).sum()
+        self.sums[2] += len(y)
         if self.compile_pending:
             # Inductor fuses the step's elementwise work (BN, activation, pooling, their
             # backward) into a few kernels; the CUDA graph then replays those.
             self.step_module, self.compile_pending = torch.compile(self.wrapped), False
-        return loss, logits
 
     # -- epochs
     def train_epoch(self, epoch: int) -> tuple[float, float]:
@@ -503,24 +514,19 @@ class Trainer:
         fault = self.fault  # a DMLS_FAULT drill fires halfway through its epoch
         if fault and not fault.hits(self.spec.run_id, self.env.rank, epoch + 1):
             fault = None
-        sums = torch.zeros(3, device=self.env.device, dtype=torch.float64)
+        self.sums.zero_()
         for step, (x, y) in enumerate(self._progress(self.train_loader, epoch)):
             x, y = self._to_device(x, y)
             last_micro = (step + 1) % k == 0 or step + 1 == n
             if self.captured is not None:  # k == 1 here: every step is a last micro-step
-                loss, logits = self.captured(x, y)
+                self.captured(x, y)
             else:
                 with self._no_sync(skip_sync=not last_micro):
                     divisor = k if step < tail_start else n - tail_start
-                    fire = fault if step == n // 2 else None
-                    loss, logits = self._micro_step(x, y, divisor, fire)
+                    self._micro_step(x, y, divisor, fault if step == n // 2 else None)
             if last_micro:
                 self._optimizer_step()
-            # Sums stay on the device: no host sync inside the epoch.
-            sums[0] += loss.detach().double() * len(y)
-            sums[1] += (logits.argmax(1) == y).sum()
-            sums[2] += len(y)
-        loss_sum, correct, count = self.env.all_reduce_sum(sums).tolist()
+        loss_sum, correct, count = self.env.all_reduce_sum(self.sums.clone()).tolist()
         return loss_sum / count, correct / count
 
     @torch.no_grad()
