@@ -499,7 +499,12 @@ class Trainer:
         if self.compile_pending:
             # Inductor fuses the step's elementwise work (BN, activation, pooling, their
             # backward) into a few kernels; the CUDA graph then replays those.
-            self.step_module, self.compile_pending = torch.compile(self.wrapped), False
+            # Static shapes (the ragged last batch gets its own graph, outside the capture) and
+            # a fresh cache, so nothing compiled for an earlier run in this process recompiles
+            # with dynamic shapes in the middle of a capture.
+            torch._dynamo.reset()
+            self.step_module = torch.compile(self.wrapped, dynamic=False)
+            self.compile_pending = False
 
     # -- epochs
     def train_epoch(self, epoch: int) -> tuple[float, float]:
