@@ -7,6 +7,7 @@ python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<
 import argparse
 import os
 import signal
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -52,3 +53,12 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Leave without interpreter finalization, as multiprocessing's children do. DDP keeps the
+    # gloo process group alive past destroy_process_group(), so its worker threads still run
+    # while Python finalizes; one that then drops the last reference to a collective's tensor
+    # needs the GIL, is told to exit (pthread_exit) inside a noexcept destructor, and the rank
+    # dies by SIGABRT ("terminate called without an active exception") after its result is
+    # written. Everything is written by now; an error above still exits with its traceback.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
