@@ -95,6 +95,11 @@ def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str,
     result = engine.train(spec, Path(data_dir), run_dir / "model.pt", run_dir / "checkpoint.pt")
     if result is not None:
         (run_dir / "result.json").write_text(json.dumps(result))
+    # As workflow/scripts/train.py does: skip interpreter shutdown, where leftover
+    # process-group threads hung these NCCL ranks (2× H100, torch 2.11) or aborted gloo ones.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def train_ddp(spec: RunSpec, data_dir: Path, work: Path) -> dict[str, Any]:
