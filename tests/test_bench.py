@@ -1,0 +1,35 @@
+"""bench/epoch_speed.py's CPU path on tiny data, so the benchmark can't rot (its numbers are
+meaningless here; the GPU table is in the README)."""
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_the_speed_benchmark_runs_its_cpu_path_and_writes_its_table(tmp_path):
+    out = tmp_path / "speed.json"
+    bench = str(ROOT / "bench" / "epoch_speed.py")
+    command = [sys.executable, bench, "--device", "cpu", "--n-train", "256", "--n-test", "64",
+               "--epochs", "2", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {r["name"]: r for r in report["rows"]}
+    assert list(rows) == ["course", "device_eager", "device_graph"]
+    assert rows["course"]["loader"] == "torch" and rows["device_eager"]["loader"] == "device"
+    # No GPU: the graph row ran eagerly and says why.
+    assert rows["device_graph"]["step"] == "eager"
+    assert (
+        rows["device_graph"]["eager_reason"] == "CUDA graphs need a GPU; this run trains on the CPU"
+    )
+    for row in rows.values():
+        assert (
+            row["n_train"] == 256 and row["steady_epoch_s"] > 0 and 0 <= row["test_accuracy"] <= 1
+        )
+    speedup = {r["claim"]: r["value"] for r in report["ratios"]}
+    best = min(("device_eager", "device_graph"), key=lambda n: rows[n]["steady_epoch_s"])
+    claim = f"{best} vs course, batch 32"
+    assert speedup[claim] == rows["course"]["steady_epoch_s"] / rows[best]["steady_epoch_s"]
+    assert "run" in done.stdout and "vs course" in done.stdout  # the printed table
