@@ -23,9 +23,11 @@ def fake_metrics(
     test_accuracy: float = 0.80,
     gpu_mib: float | None = 300.0,
     history: list[dict] | None = None,
+    eager_reason: str | None = None,
     **spec_overrides,
 ) -> dict:
-    """A metrics.json as dmls.supervise writes it, with chosen numbers."""
+    """A metrics.json as dmls.supervise writes it, with chosen numbers; `eager_reason`: the
+    run trained eagerly for this reason (else from a CUDA graph, unless it asked for eager)."""
     spec = make_spec(study=study, run=run, **spec_overrides).to_dict()
     processes = spec["nodes"] * spec["nproc_per_node"] if spec["launcher"] != "dp" else 1
     replicas = spec["nodes"] * spec["nproc_per_node"]
@@ -108,6 +110,12 @@ def fake_metrics(
             "samples_per_s": samples_per_s,
         },
         "effective_precision": spec["precision"],
+        "step": {
+            "requested": spec["step"],
+            "compiled": False,
+            "mode": "eager" if eager_reason or spec["step"] == "eager" else "cuda_graph",
+            "eager_reason": eager_reason or ("step: eager" if spec["step"] == "eager" else None),
+        },
         "data": {
             "name": "cifar10",
             "synthetic": False,
@@ -185,6 +193,25 @@ def test_observations_are_computed_from_the_numbers():
         "2 of 3 runs finished; no numbers for dataparallel_2gpu (skipped): the reasons are in "
         "the results table."
     ]
+
+
+def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():
+    dp_reason = "DataParallel copies the model to its GPUs from Python in every step"
+    study = Study.from_metrics(
+        "parallelism",
+        {},
+        [
+            fake_metrics("single_gpu", launcher="single"),
+            fake_metrics("single_gpu_dataloader", launcher="single", loader="torch", step="eager"),
+            fake_metrics("dp_a", launcher="dp", nproc_per_node=2, eager_reason=dp_reason),
+            fake_metrics("dp_b", launcher="dp", nproc_per_node=2, eager_reason=dp_reason),
+        ],
+    )
+    # Only runs that asked for a graph and didn't get one; the eager-by-request run is silent.
+    assert observations.step_check(study) == [
+        f"Trained eagerly, not from a CUDA graph ({dp_reason}): dp_a, dp_b."
+    ]
+    assert study.runs.loc["single_gpu", "step_mode"] == "cuda_graph"
 
 
 def test_a_skipped_baseline_gives_no_comparison():

@@ -12,7 +12,8 @@ from .io import read_json
 # Leading columns, in this order; every spec key follows as a `spec.`-prefixed column.
 SUMMARY_COLUMNS = [
     "study", "run", "status", "reason", "data_synthetic", "device", "effective_precision",
-    "processes", "replicas", "global_batch_size", "nodes_emulated", "epochs_completed",
+    "step_mode", "step_eager_reason", "processes", "replicas", "global_batch_size",
+    "nodes_emulated", "epochs_completed",
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "best_test_accuracy",
     "train_time_s", "wall_time_s", "samples_per_s", "peak_gpu_mem_allocated_bytes",
     "peak_gpu_mem_reserved_bytes", "peak_host_rss_bytes", "gpu_names", "hostnames",
@@ -34,9 +35,14 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
     if ran:
         ranks = metrics["ranks"]
         gpus = [g for r in ranks for g in r["gpus"]]
+        step = metrics["step"]
         row |= metrics["final"] | {
             "data_synthetic": metrics["data"]["synthetic"],
             "effective_precision": metrics["effective_precision"],
+            # How the steps really ran (dmls/captured_step.py): "cuda_graph", with "+compile"
+            # when compiled, or "eager" and why.
+            "step_mode": step["mode"] + ("+compile" if step["compiled"] else ""),
+            "step_eager_reason": step["eager_reason"],
             "train_time_s": metrics["timing"]["train_time_s"],
             "wall_time_s": metrics["timing"]["wall_time_s"],
             "samples_per_s": metrics["timing"]["samples_per_s"],

@@ -145,6 +145,18 @@ def precision_check(study: Study) -> list[str]:
     return lines
 
 
+def step_check(study: Study) -> list[str]:
+    """Runs that asked for a CUDA-graph step but trained eagerly, one line per reason."""
+    ok = study.ok
+    if ok.empty:
+        return []
+    eager = ok[(ok["spec.step"] != "eager") & (ok["step_mode"] == "eager")]
+    return [
+        f"Trained eagerly, not from a CUDA graph ({reason}): {', '.join(group.index)}."
+        for reason, group in eager.groupby("step_eager_reason", sort=False)
+    ]
+
+
 def timing_caveat(study: Study) -> list[str]:
     if study.ok.empty or study.exclusive:
         return []
@@ -207,6 +219,7 @@ def generalization(study: Study) -> dict[str, Any] | None:
 
 def all_observations(study: Study, other: Study | None = None) -> list[str]:
     lines = versus_baseline(study) + scaling(study) + sweep(study) + precision_check(study)
+    lines += step_check(study)
     if other is not None:
         lines += compared_with(study, other)
     return lines + timing_caveat(study)
