@@ -408,7 +408,8 @@ class Trainer:
         # after the first step (which runs eagerly, so the precision probe sees it).
         self.step_module = self.wrapped
         ddp = isinstance(self.wrapped, nn.parallel.DistributedDataParallel)
-        # Under DDP, compiling and then capturing hung (2× H200, torch 2.11): DDP runs graphed.
+        # torch.compile of a DDP model inside a captured step has not been validated on GPUs
+        # yet (issue #6): DDP runs use the graph alone, and their record says so.
         self.compile_pending = self.stream is not None and spec.step == "compile" and not ddp
         self.captured = None
         if self.stream is not None:
@@ -670,13 +671,16 @@ class Trainer:
 
     def step_record(self) -> dict[str, Any]:
         """How the training steps really ran: replayed from a CUDA graph, or eagerly and why."""
+        compiled = self.step_module is not self.wrapped
         record: dict[str, Any] = {
             "requested": self.spec.step,
-            "compiled": self.step_module is not self.wrapped,
+            "compiled": compiled,
             "memory_format": "channels_last"
             if self.memory_format == torch.channels_last
             else "contiguous",
         }
+        if self.spec.step == "compile" and self.captured is not None and not compiled:
+            record["not_compiled_reason"] = "DDP: compile inside a CUDA graph not validated yet"
         if self.captured is None:
             return record | {"mode": "eager", "eager_reason": self.eager_reason}
         summary = self.captured.summary
