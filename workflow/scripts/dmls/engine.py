@@ -469,7 +469,13 @@ class Trainer:
 
     def _autocast(self):
         return torch.autocast(
-            self.env.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+            self.env.device.type,
+            dtype=self.autocast_dtype,
+            enabled=self.autocast_dtype is not None,
+            # Autocast's cache of low-precision weight copies is freed when the context exits,
+            # but a captured graph would keep reading them: PyTorch's CUDA-graph notes say to
+            # turn it off for captured regions.
+            cache_enabled=self.stream is None,
         )
 
     def _zero_grads_in_place(self) -> None:
