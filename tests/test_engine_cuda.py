@@ -51,3 +51,21 @@ def test_a_captured_step_learns_what_the_eager_step_learns(tmp_path, images_dir,
     assert fast["final"]["test_accuracy"] == pytest.approx(
         eager["final"]["test_accuracy"], abs=0.05
     )
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_steps_are_captured_too(tmp_path, images_dir, precision):
+    eager = train(tmp_path, images_dir, "eager", step="eager")
+    fast = train(tmp_path, images_dir, precision, step="graph", precision=precision)
+    assert fast["step"]["mode"] == "cuda_graph" and fast["effective_precision"] == precision
+    assert fast["final"]["test_accuracy"] == pytest.approx(
+        eager["final"]["test_accuracy"], abs=0.05
+    )
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_dataparallel_reads_the_device_resident_data_and_says_why_it_is_eager(tmp_path, images_dir):
+    dp = train(tmp_path, images_dir, "dp", launcher="dp", nproc_per_node=2)
+    assert dp["step"]["mode"] == "eager"
+    assert dp["step"]["eager_reason"].startswith("DataParallel copies the model")
+    assert [g["index"] for g in dp["ranks"][0]["gpus"]] == [0, 1]
