@@ -133,3 +133,28 @@ def test_a_cpu_run_says_why_its_step_is_not_a_cuda_graph():
     )
     assert eager_reason(make_spec(step="eager"), torch.device("cuda", 0), False) == "step: eager"
     assert eager_reason(make_spec(), torch.device("cuda", 0), False) is None
+
+
+def test_the_epoch_is_transformed_in_chunks_without_changing_any_batch(monkeypatch):
+    from dmls import device_data
+
+    monkeypatch.setattr(device_data, "EPOCH_CHUNK", 5)  # chunk edges inside batches
+    n, batch = 23, 4
+    images = torch.randint(0, 256, (n, 3, 4, 4), dtype=torch.uint8)
+    mean, std = [0.5, 0.4, 0.3], [0.2, 0.2, 0.2]
+    ours = DeviceLoader(
+        images, torch.arange(n), DistributedSampler(range(n), 1, 0, seed=3), batch, False,
+        BatchAugment(augment(), mean, std, CPU),
+    )  # fmt: skip
+    normalised = (images.float() / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(
+        std
+    ).view(1, 3, 1, 1)
+    theirs = DataLoader(
+        TensorDataset(normalised, torch.arange(n)), batch_size=batch,
+        sampler=DistributedSampler(range(n), 1, 0, seed=3),
+    )  # fmt: skip
+    got, want = list(ours), list(theirs)
+    assert [len(y) for _, y in got] == [4, 4, 4, 4, 4, 3]
+    for (x, y), (x_ref, y_ref) in zip(got, want, strict=True):
+        torch.testing.assert_close(x, x_ref)
+        assert torch.equal(y, y_ref)
