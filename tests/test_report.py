@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT, make_spec
 from dmls.aggregate import collect
 from dmls.io import write_json
-from dmls.report import html, observations, section, special
+from dmls.report import figures, html, observations, section, special
 from dmls.report.study import MIB, ReportError, Study, run_labels, varying_settings
 
 
@@ -212,6 +212,38 @@ def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():
         f"Trained eagerly, not from a CUDA graph ({dp_reason}): dp_a, dp_b."
     ]
     assert study.runs.loc["single_gpu", "step_mode"] == "cuda_graph"
+
+
+def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
+    course = {"loader": "torch", "step": "eager"}
+    study = Study.from_metrics(
+        "parallelism",
+        {},
+        [
+            fake_metrics("single_gpu", launcher="single", samples_per_s=10000.0),
+            fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=18000.0),
+            fake_metrics(
+                "single_gpu_dataloader", launcher="single", samples_per_s=1000.0, **course
+            ),
+            fake_metrics(
+                "ddp_2gpu_dataloader", launcher="torchrun", nproc_per_node=2,
+                samples_per_s=1500.0, **course,
+            ),
+        ],
+    )  # fmt: skip
+    assert study.scales_workers
+    assert observations.scaling(study) == [
+        "ddp_2gpu (2 workers): speed-up 1.80× over single_gpu (1 worker); ideal 2×, "
+        "parallel efficiency 90%.",
+        "ddp_2gpu_dataloader (2 workers): speed-up 1.50× over single_gpu_dataloader (1 worker); "
+        "ideal 2×, parallel efficiency 75%.",
+    ]
+    # The throughput comparison still shows what the data path itself is worth.
+    assert observations.versus_baseline(study)[1].startswith(
+        "single_gpu_dataloader: 0.10× the training throughput of single_gpu"
+    )
+    figures.speedup(study, tmp_path / "speedup.png")
+    assert (tmp_path / "speedup.png").stat().st_size > 1000
 
 
 def test_a_skipped_baseline_gives_no_comparison():

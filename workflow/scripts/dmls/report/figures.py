@@ -123,19 +123,25 @@ def overlay(study: Study, path: Path) -> Path:
 
 
 def speedup(study: Study, path: Path) -> Path:
-    """Speed-up in training throughput over the baseline, against the ideal linear line."""
+    """Speed-up in training throughput over each run's scaling reference (the baseline, or the
+    fewest-worker run of its data path), against the ideal linear line."""
     base = study.runs.loc[study.baseline]
     fig, ax = plt.subplots(layout="constrained", figsize=(5.5, 3.4))
     ok = study.ok
+    references = [study.scaling_reference(run) for run in ok.index]
     workers = ok["replicas"].to_numpy(dtype=float)
-    speed = ok["samples_per_s"].to_numpy(dtype=float) / base["samples_per_s"]
+    speed = ok["samples_per_s"].to_numpy(dtype=float) / np.array(
+        [study.runs.loc[ref, "samples_per_s"] for ref in references], dtype=float
+    )
     line = np.array(sorted({base["replicas"], *workers}), dtype=float)
     ax.plot(line, line / base["replicas"], ":", color="grey", label="ideal (linear)")
     for run, w, s in zip(ok.index, workers, speed, strict=True):
         ax.scatter(w, s, color=_color(study, run), zorder=3, label=f"{run}: {s:.2f}×")
     ax.set(
         xlabel="workers (processes, or GPUs under DataParallel)",
-        ylabel=f"speed-up over {study.baseline}",
+        ylabel=f"speed-up over {study.baseline}"
+        if set(references) == {study.baseline}
+        else "speed-up over the same data path's\nrun of fewest workers",
         title="Speed-up vs ideal",
     )
     ax.set_xticks(line)

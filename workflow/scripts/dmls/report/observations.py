@@ -64,13 +64,15 @@ def scaling(study: Study) -> list[str]:
         return []
     lines = []
     for run, row in study.ok.iterrows():
-        if run == study.baseline:
+        reference = study.scaling_reference(run)
+        if reference in (None, run):
             continue
-        speedup = row["samples_per_s"] / base["samples_per_s"]
-        ideal = row["replicas"] / base["replicas"]
+        ref = study.runs.loc[reference]
+        speedup = row["samples_per_s"] / ref["samples_per_s"]
+        ideal = row["replicas"] / ref["replicas"]
         lines.append(
             f"{run} ({_workers(row['replicas'])}): speed-up {speedup:.2f}× over "
-            f"{study.baseline} ({_workers(base['replicas'])}); "
+            f"{reference} ({_workers(ref['replicas'])}); "
             f"ideal {ideal:.0f}×, parallel efficiency {100 * speedup / ideal:.0f}%."
         )
     cores = {m["host"]["cpu_count"] for m in study.metrics.values() if m["status"] == OK}

@@ -15,6 +15,8 @@ MIB = 2**20
 OK = "ok"
 # Settings that span the nodes x processes grid of the cluster studies.
 GRID_KEYS = ("nodes", "nproc_per_node")
+# How data reaches the model and how a step runs: runs scale against runs of their own path.
+PATH_KEYS = ("loader", "step")
 
 
 class ReportError(ValueError):
@@ -102,9 +104,21 @@ class Study:
 
     @property
     def scales_workers(self) -> bool:
-        """Runs differ in how many workers train, and only in how they are launched (A1, B1, B2)."""
-        launch_keys = {"launcher", *GRID_KEYS}
+        """Runs differ in how many workers train, and only in how they are launched and which
+        data path and step they use (A1, B1, B2)."""
+        launch_keys = {"launcher", *GRID_KEYS, *PATH_KEYS}
         return self.runs["replicas"].nunique() > 1 and set(self.varying) <= launch_keys
+
+    def scaling_reference(self, run: str) -> str | None:
+        """What `run`'s speed-up is measured against: the baseline when it finished and shares
+        the run's data path and step, else the finished run with the fewest workers on that
+        path (A1's DataLoader runs scale against single_gpu_dataloader, not single_gpu)."""
+        ok, row = self.ok, self.runs.loc[run]
+        path = [f"spec.{key}" for key in PATH_KEYS]
+        same = ok[(ok[path] == row[path]).all(axis=1)]
+        if same.empty:
+            return None
+        return self.baseline if self.baseline in same.index else same["replicas"].idxmin()
 
     @property
     def sweep_key(self) -> str | None:
