@@ -207,7 +207,7 @@ def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():
             fake_metrics("dp_b", launcher="dp", nproc_per_node=2, eager_reason=dp_reason),
         ],
     )
-    # Only runs that asked for a graph and didn't get one; the eager-by-request run is silent.
+    # Only GPU runs that asked for a graph and didn't get one; eager by request is silent.
     assert observations.step_check(study) == [
         f"Trained eagerly, not from a CUDA graph ({dp_reason}): dp_a, dp_b."
     ]

@@ -148,11 +148,13 @@ def precision_check(study: Study) -> list[str]:
 
 
 def step_check(study: Study) -> list[str]:
-    """Runs that asked for a CUDA-graph step but trained eagerly, one line per reason."""
+    """GPU runs that asked for a CUDA-graph step but trained eagerly, one line per reason (on a
+    CPU the reason goes without saying; runs.csv still records it)."""
     ok = study.ok
     if ok.empty:
         return []
-    eager = ok[(ok["spec.step"] != "eager") & (ok["step_mode"] == "eager")]
+    gpu = ok["device"].astype(str).str.startswith("cuda")
+    eager = ok[gpu & (ok["spec.step"] != "eager") & (ok["step_mode"] == "eager")]
     return [
         f"Trained eagerly, not from a CUDA graph ({reason}): {', '.join(group.index)}."
         for reason, group in eager.groupby("step_eager_reason", sort=False)
