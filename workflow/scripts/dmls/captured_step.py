@@ -31,21 +31,17 @@ def eager_reason(spec: RunSpec, device: torch.device, fault_drill: bool) -> str 
         return "step: eager"
     if device.type != "cuda":
         return "CUDA graphs need a GPU; this run trains on the CPU"
-    blockers = {
-        "dp": spec.launcher == "dp",
-        "accelerate": spec.launcher == "accelerate",
-        "accumulation": spec.grad_accum_steps > 1,
-        "fp8": spec.precision == "fp8",
-        "fault": fault_drill,
-    }
-    reasons = {
-        "dp": "DataParallel copies the model to its GPUs from Python in every step",
-        "accelerate": "accelerate prepares the model, optimizer and scaler its own way",
-        "accumulation": "gradient accumulation alternates no-sync and sync micro-steps",
-        "fp8": "torchao's fp8 layers rescale dynamically from Python",
-        "fault": "a DMLS_FAULT drill changes the step from Python",
-    }
-    found = [reasons[key] for key, blocked in blockers.items() if blocked]
+    blockers = [
+        (spec.launcher == "dp",
+         "DataParallel copies the model to its GPUs from Python in every step"),
+        (spec.launcher == "accelerate",
+         "accelerate prepares the model, optimizer and scaler its own way"),
+        (spec.grad_accum_steps > 1,
+         "gradient accumulation alternates no-sync and sync micro-steps"),
+        (spec.precision == "fp8", "torchao's fp8 layers rescale dynamically from Python"),
+        (fault_drill, "a DMLS_FAULT drill changes the step from Python"),
+    ]  # fmt: skip
+    found = [reason for blocked, reason in blockers if blocked]
     return "; ".join(found) or None
 
 

@@ -538,7 +538,7 @@ class Trainer:
                     self._micro_step(x, y, divisor, fault if step == n // 2 else None)
             if last_micro:
                 self._optimizer_step()
-        loss_sum, correct, count = self.env.all_reduce_sum(self.sums.clone()).tolist()
+        loss_sum, correct, count = self.env.all_reduce_sum(self.sums).tolist()
         return loss_sum / count, correct / count
 
     @torch.no_grad()
