@@ -36,6 +36,8 @@ def eager_reason(spec: RunSpec, device: torch.device, fault_drill: bool) -> str 
          "DataParallel copies the model to its GPUs from Python in every step"),
         (spec.launcher == "accelerate",
          "accelerate prepares the model, optimizer and scaler its own way"),
+        (spec.backend == "gloo" and spec.replicas > 1 and spec.launcher != "dp",
+         "gloo all-reduces CUDA tensors through host memory, which a CUDA graph can't capture"),
         (spec.grad_accum_steps > 1,
          "gradient accumulation alternates no-sync and sync micro-steps"),
         (spec.precision == "fp8", "torchao's fp8 layers rescale dynamically from Python"),
