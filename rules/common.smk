@@ -100,13 +100,23 @@ def run_resource(name):
     return resource
 
 
+def local_threads(processes):
+    """Cores of a local timed job: `cluster.cpus_per_process` for each of its processes, at
+    most `--cores`. The job reserves them, and its GPUs, so jobs go side by side without
+    sharing either (dmls/slots.py); with `exclusive_runs: false` every job takes one core and
+    nothing is reserved."""
+    if not config["exclusive_runs"]:
+        return 1
+    return min(workflow.cores, processes * config["cluster"]["cpus_per_process"])
+
+
 def run_threads(wildcards):
-    """CPU threads of a run on each of its nodes. A cluster job gets the CPUs it asked for, to
-    itself; a local run takes every core when runs must not share them (`exclusive_runs`).
-    """
+    """CPU threads of a run on each of its nodes: what a cluster job asked for, or locally
+    what its processes (all on this host) get."""
+    spec = run_spec(wildcards)
     if on_cluster():
-        return job_resources(run_spec(wildcards), config["cluster"]).cpus_per_task
-    return workflow.cores if config["exclusive_runs"] else 1
+        return job_resources(spec, config["cluster"]).cpus_per_task
+    return local_threads(spec.processes)
 
 
 def check_slurm_status_checks():

@@ -3,8 +3,8 @@
 # Their target list is special_study_outputs() in common.smk.
 
 
-# Profiles and timings take every core Snakemake may use, like the training runs.
-TIMED_THREADS = workflow.cores if config["exclusive_runs"] else 1
+# Profiles and timings hold their cores (and a GPU, where there is one) like a training run.
+TIMED_THREADS = local_threads(1)
 
 
 rule profile_b_model:
@@ -24,6 +24,7 @@ rule profile_b_model:
     threads: TIMED_THREADS
     params:
         study="profiler",
+        timed=True,  # reserves its cores and a GPU, where there is one
         cfg=config["special_studies"]["profiler"],
     script:
         "../workflow/scripts/run_special_study.py"
@@ -44,6 +45,7 @@ rule fused_conv_benchmark:
     threads: TIMED_THREADS
     params:
         study="fused_conv",
+        timed=True,  # reserves its cores and a GPU, where there is one
         cfg=config["special_studies"]["fused_conv"],
     script:
         "../workflow/scripts/run_special_study.py"
@@ -65,6 +67,7 @@ rule lenet_memory:
     threads: TIMED_THREADS
     params:
         study="lenet_memory",
+        timed=True,  # reserves its cores and a GPU, where there is one
         cfg=config["special_studies"]["lenet_memory"],
     script:
         "../workflow/scripts/run_special_study.py"

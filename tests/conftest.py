@@ -33,6 +33,17 @@ def make_spec(study: str = "t", run: str = "r", **overrides) -> RunSpec:
     return RunSpec.from_dict(spec.to_dict() | {"study": study})
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_slot_locks(tmp_path_factory):
+    """Runs started by the tests reserve cores and GPUs in a lock folder of their own, never in
+    the one the user's real workflows share (dmls/slots.py)."""
+    from dmls import slots
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(slots.SLOTS_DIR_ENV, str(tmp_path_factory.mktemp("slots")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def tabular_dir(tmp_path_factory) -> Path:
     """A prepared synthetic tabular set (B's shape), shared by the engine tests."""

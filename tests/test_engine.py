@@ -9,7 +9,7 @@ from dmls import launch, supervise
 B_MODEL = {"name": "mlp", "hidden": 16, "batch_norm": False}  # no BN: DDP ≡ one big batch
 
 
-def run(tmp_path, data_dir, name, strict=True, **overrides):
+def run(tmp_path, data_dir, name, strict=True, threads=2, exclusive=True, **overrides):
     settings = dict(
         dataset="tabular", model=B_MODEL, device="cpu", backend="gloo", epochs=2, num_workers=0,
         optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.9},
@@ -24,8 +24,9 @@ def run(tmp_path, data_dir, name, strict=True, **overrides):
             data_dir=data_dir,
             checkpoint_path=tmp_path / "checkpoints" / f"{name}.pt",
             log=log,
-            threads=2,
+            threads=threads,
             strict=strict,
+            exclusive=exclusive,
         )
     return metrics, run_dir
 
@@ -53,6 +54,20 @@ def test_ddp_two_ranks_equal_one_process_with_the_global_batch(tmp_path, tabular
     assert ddp["final"]["test_loss"] == pytest.approx(one["final"]["test_loss"], abs=1e-5)
     assert ddp["final"]["test_accuracy"] == pytest.approx(one["final"]["test_accuracy"], abs=1e-9)
     assert len(ddp["history"]) == 2 and ddp["timing"]["samples_per_s"] > 0
+
+
+def test_a_run_trains_inside_the_cores_and_gpus_it_reserved(tmp_path, tabular_dir):
+    metrics, _ = run(
+        tmp_path, tabular_dir, "pinned", launcher="torchrun", nproc_per_node=2, epochs=1,
+        threads=1,
+    )  # fmt: skip
+    reserved = metrics["reserved"]
+    assert len(reserved["cores"]) == 1 and reserved["gpus"] == []
+    for rank in metrics["ranks"]:  # both ranks, started by torchrun under the supervisor
+        assert rank["cpu_affinity"] == reserved["cores"]
+        assert rank["cuda_visible_devices"] == ""
+    shared, _ = run(tmp_path, tabular_dir, "shared", epochs=1, exclusive=False)
+    assert "reserved" not in shared and shared["ranks"][0]["cuda_visible_devices"] is None
 
 
 def test_accumulating_k_micro_batches_equals_one_k_times_larger_batch(tmp_path, tabular_dir):

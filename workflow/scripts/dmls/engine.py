@@ -721,6 +721,9 @@ def _rank_facts(env: Distributed, spec: RunSpec) -> dict[str, Any]:
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "device": str(env.device),
         "gpus": gpus,
+        # Where the rank was allowed to run (a local run's reservation, or Slurm's allocation).
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         # ru_maxrss is in KiB on Linux; DataLoader workers are separate processes, not counted.
         "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }

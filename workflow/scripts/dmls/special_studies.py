@@ -9,6 +9,7 @@ every summary carries (config, host, versions, timing) and writes `summary.json`
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import sys
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import conv_benchmark, floats, memory, profiling, reliability
+from . import conv_benchmark, floats, memory, profiling, reliability, slots
 from .hardware import Host, describe
 from .io import write_json
 
@@ -90,15 +91,25 @@ def main_from_snakemake(snakemake: Any) -> None:
         logging.basicConfig(
             stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        timed = snakemake.config["exclusive_runs"] and snakemake.params.get("timed", False)
         try:
-            run_study(
-                snakemake.params.study,
-                snakemake.params.cfg,
-                Path(snakemake.output.summary).parent,
-                data_dir=Path(manifest).parent if manifest else None,
-                threads=snakemake.threads,
-                strict=snakemake.config["strict"],
-            )
+            with contextlib.ExitStack() as held:
+                if timed:
+                    # Timed like a training run: its own cores and GPU (dmls/slots.py), held
+                    # until the study ends; set before this process initialises CUDA.
+                    gpus = min(1, len(slots.visible_gpus()))
+                    reserving = slots.reserve(gpus, snakemake.threads, on_wait=logging.info)
+                    reservation = held.enter_context(reserving)
+                    reservation.apply()
+                    logging.info("reserved %s", reservation.to_dict())
+                run_study(
+                    snakemake.params.study,
+                    snakemake.params.cfg,
+                    Path(snakemake.output.summary).parent,
+                    data_dir=Path(manifest).parent if manifest else None,
+                    threads=snakemake.threads,
+                    strict=snakemake.config["strict"],
+                )
         except Exception:
             logging.exception("study %s failed", snakemake.params.study)
             raise

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as dt
-import functools
 import os
 import re
 import shlex
@@ -25,12 +24,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from . import checkpoint, launch
+from . import checkpoint, launch, slots
 from . import data as datasets
 from .cluster import SlurmError, SlurmJob
 from .faults import ENV as FAULT_ENV
 from .faults import Fault
-from .hardware import Host, describe, missing_requirement, resolved_device
+from .hardware import Host, describe, gpus_needed, missing_requirement, resolved_device
 from .io import read_json, write_json
 from .spec import RunSpec
 
@@ -119,54 +118,67 @@ def run(
         return _finish(run_dir, record | {"status": "skipped", "reason": reason}, strict)
 
     datasets.verify(data_dir, spec.dataset)
-    port = slurm.rendezvous_port if srun else launch.free_port()
-    worker_args = [
-        "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-        "--checkpoint", str(checkpoint_path),
-    ]  # fmt: skip
-    commands = launch.build_commands(
-        spec, worker_args, device=record["derived"]["device"], port=port, threads=threads,
-        srun=srun,
-    )  # fmt: skip
-    record["launch"] = {
-        "commands": [c.argv for c in commands],
-        "env": [c.env for c in commands],
-        "threads": threads,
-        # Whether Snakemake gave this run the host to itself (config `exclusive_runs`).
-        "exclusive": exclusive,
-        "load_average_before": os.getloadavg(),
-        "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
-    }
-    exit_codes, seconds, first_failure = _start_and_wait(commands, log)
-    record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
+    # A local timed run holds its GPUs and cores, so runs can go side by side without sharing
+    # either (dmls/slots.py); in a Slurm job the allocation is the run's already.
+    with contextlib.ExitStack() as held:
+        reservation = None
+        if exclusive and slurm is None:
+            reservation = held.enter_context(
+                slots.reserve(
+                    gpus_needed(spec, host, nodes_here),
+                    threads,
+                    on_wait=lambda line: print(line, file=log, flush=True),
+                )
+            )
+            record["reserved"] = reservation.to_dict()
+        port = slurm.rendezvous_port if srun else launch.free_port()
+        worker_args = [
+            "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+            "--checkpoint", str(checkpoint_path),
+        ]  # fmt: skip
+        commands = launch.build_commands(
+            spec, worker_args, device=record["derived"]["device"], port=port, threads=threads,
+            srun=srun,
+        )  # fmt: skip
+        record["launch"] = {
+            "commands": [c.argv for c in commands],
+            "env": [c.env for c in commands],
+            "threads": threads,
+            # Whether the run held its GPUs and cores to itself (config `exclusive_runs`).
+            "exclusive": exclusive,
+            "load_average_before": os.getloadavg(),
+            "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
+        }
+        exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
+        record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
 
-    if first_failure is not None and first_failure < 0:
-        resume = (
-            f"from its last finished epoch ({checkpoint_path})"
-            if checkpoint_path.exists()
-            else "from epoch 1 (no epoch had finished)"
-        )
-        message = (
-            f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
-            "from outside the run (kill, preemption, OOM killer). That is no result, so none "
-            f"is recorded: rerun the workflow and the run resumes {resume}"
-        )
-        print(f"INTERRUPTED {message}", file=log, flush=True)
-        raise RunInterrupted(message)
-    if any(exit_codes) or not (run_dir / "worker.json").exists():
-        launcher_output = Path(log.name).read_text(errors="replace")
-        reason = _failure_reason(run_dir, exit_codes, launcher_output)
-        print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
-        # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
-        return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
+        if first_failure is not None and first_failure < 0:
+            resume = (
+                f"from its last finished epoch ({checkpoint_path})"
+                if checkpoint_path.exists()
+                else "from epoch 1 (no epoch had finished)"
+            )
+            message = (
+                f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
+                "from outside the run (kill, preemption, OOM killer). That is no result, so none "
+                f"is recorded: rerun the workflow and the run resumes {resume}"
+            )
+            print(f"INTERRUPTED {message}", file=log, flush=True)
+            raise RunInterrupted(message)
+        if any(exit_codes) or not (run_dir / "worker.json").exists():
+            launcher_output = Path(log.name).read_text(errors="replace")
+            reason = _failure_reason(run_dir, exit_codes, launcher_output)
+            print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
+            # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
+            return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
 
-    result = read_json(run_dir / "worker.json")
-    (run_dir / "worker.json").unlink()
-    _write_history(run_dir / "history.csv", result["history"])
-    record = _finish(run_dir, record | result, strict)
-    # Only now, with its result on disk: the run has ended, nothing is left to resume.
-    checkpoint_path.unlink(missing_ok=True)
-    return record
+        result = read_json(run_dir / "worker.json")
+        (run_dir / "worker.json").unlink()
+        _write_history(run_dir / "history.csv", result["history"])
+        record = _finish(run_dir, record | result, strict)
+        # Only now, with its result on disk: the run has ended, nothing is left to resume.
+        checkpoint_path.unlink(missing_ok=True)
+        return record
 
 
 def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
@@ -177,11 +189,20 @@ def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
 
 
 def _start_and_wait(
-    commands: list[launch.Command], log: IO[str]
+    commands: list[launch.Command], log: IO[str], reservation: slots.Reservation | None = None
 ) -> tuple[list[int], float, int | None]:
-    """Start every command (one per emulated node, or one srun) and wait for all; if one fails,
-    stop the others rather than let them wait for a peer that is gone. Returns the exit codes,
-    the seconds taken and the exit code of the first launcher that failed (None if none did)."""
+    """Start every command (one per emulated node, or one srun), inside `reservation`'s GPUs
+    and cores when there is one, and wait for all; if one fails, stop the others rather than
+    let them wait for a peer that is gone. Returns the exit codes, the seconds taken and the
+    exit code of the first launcher that failed (None if none did)."""
+    reserved_env = reservation.environment() if reservation else {}
+
+    def in_child() -> None:
+        # If this supervisor dies (its job is cancelled), the launcher stops too.
+        launch.die_with_parent(signal.SIGTERM)
+        if reservation:
+            reservation.pin()
+
     start = time.perf_counter()
     procs = []
     for command in commands:
@@ -190,12 +211,11 @@ def _start_and_wait(
         procs.append(
             subprocess.Popen(
                 command.argv,
-                env=os.environ | command.env,
+                env=os.environ | command.env | reserved_env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so it can be stopped whole
-                # If this supervisor dies (its job is cancelled), the launcher stops too.
-                preexec_fn=functools.partial(launch.die_with_parent, signal.SIGTERM),
+                preexec_fn=in_child,
             )
         )
     first_failure = None

@@ -1,0 +1,129 @@
+"""Local jobs side by side without sharing a GPU or a core.
+
+Snakemake counts cores (`threads`) and, given `--resources gpu=N`, GPUs, but it does not say
+*which* ones a job gets: two 1-GPU runs would both train on cuda:0 and two 8-core runs would
+let the OS mix their threads, and their timings would no longer mean anything. So a timed job
+reserves the GPUs and cores it uses here, by holding one lock file per GPU and per core, and
+then sees only those (CUDA_VISIBLE_DEVICES, CPU affinity; its processes inherit both).
+
+The locks are `filelock` locks (flock on Linux): the kernel drops them when their holder exits,
+so a killed job never leaves a GPU reserved. A job takes all of its slots or none and retries
+(no job holds some while waiting for the rest, so no two jobs wait on each other). Jobs of
+every workflow of this user on this host share the lock folder, so two checkouts running at
+once don't share GPUs either. On a Slurm cluster the job's allocation does this instead.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+# One folder per user and host; tests point it elsewhere.
+SLOTS_DIR_ENV = "DMLS_SLOTS_DIR"
+POLL_S = 1.0
+
+
+def slots_dir() -> Path:
+    default = Path(tempfile.gettempdir()) / f"dmls-slots-{os.getuid()}"
+    return Path(os.environ.get(SLOTS_DIR_ENV, default))
+
+
+def visible_gpus() -> list[str]:
+    """This process's GPUs as CUDA_VISIBLE_DEVICES names them (indices, or UUIDs), without
+    initialising CUDA (device_count asks NVML), so CUDA_VISIBLE_DEVICES can still be narrowed."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return [str(i) for i in range(count)]
+    return [name.strip() for name in listed.split(",") if name.strip()][:count]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What a job got: GPU names (as CUDA_VISIBLE_DEVICES takes them), core ids, and how long
+    it waited for them."""
+
+    gpus: tuple[str, ...]
+    cores: tuple[int, ...]
+    waited_s: float
+
+    def environment(self) -> dict[str, str]:
+        """What a process started for the job needs in its environment to see only its GPUs."""
+        return {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus)}
+
+    def pin(self) -> None:
+        """Bind the calling process (and what it starts later) to the reserved cores."""
+        os.sched_setaffinity(0, self.cores)
+
+    def apply(self) -> None:
+        """Narrow this process (and every process it starts) to the reserved GPUs and cores.
+        Call it before CUDA is initialised in this process."""
+        os.environ.update(self.environment())
+        self.pin()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"gpus": list(self.gpus), "cores": list(self.cores), "waited_s": self.waited_s}
+
+
+def _try_take(stack: ExitStack, folder: Path, kind: str, names: Sequence, count: int) -> list:
+    """Lock the first `count` free slots of `names` (locks held by `stack`); fewer if not free."""
+    taken = []
+    for name in names:
+        if len(taken) == count:
+            break
+        lock = FileLock(folder / f"{kind}-{name}.lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        stack.callback(lock.release)
+        taken.append(name)
+    return taken
+
+
+@contextmanager
+def reserve(
+    gpus: int,
+    cores: int,
+    *,
+    gpu_names: Sequence[str] | None = None,
+    core_ids: Sequence[int] | None = None,
+    on_wait: Callable[[str], None] = print,
+    poll_s: float = POLL_S,
+) -> Iterator[Reservation]:
+    """Hold `gpus` of `gpu_names` (default: the visible GPUs) and `cores` of `core_ids`
+    (default: this process's CPU affinity) until the block ends; wait while other jobs hold
+    them, telling `on_wait` once what it waits for."""
+    gpu_names = list(visible_gpus() if gpu_names is None else gpu_names)
+    core_ids = sorted(os.sched_getaffinity(0) if core_ids is None else core_ids)
+    if gpus > len(gpu_names):
+        raise ValueError(f"asked for {gpus} GPU(s), this host shows {len(gpu_names)}")
+    cores = min(cores, len(core_ids))  # Snakemake already caps threads at --cores
+    folder = slots_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    start, told = time.monotonic(), False
+    while True:
+        with ExitStack() as stack:
+            got_gpus = _try_take(stack, folder, "gpu", gpu_names, gpus)
+            got_cores = _try_take(stack, folder, "cpu", core_ids, cores)
+            if len(got_gpus) == gpus and len(got_cores) == cores:
+                waited = round(time.monotonic() - start, 3) if told else 0.0
+                yield Reservation(tuple(got_gpus), tuple(got_cores), waited)
+                return
+        # All or nothing: what was taken is released before waiting.
+        if not told:
+            on_wait(
+                f"waiting for {gpus} GPU(s) and {cores} core(s) that other jobs hold "
+                f"(locks in {folder})"
+            )
+            told = True
+        time.sleep(poll_s)
