@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole default DAG on one GPU host, timed (issue #6's target: <= 10 minutes on 2 GPUs).
+# CIFAR-10 can't be fetched on the lent GPU machines, so the A studies train on a SYNTHETIC
+# CIFAR-shaped set of the same size (50,000 + 10,000 images) and study C on Fashion-MNIST from
+# .gpudata/; every other setting is config/config.yaml's. No internet needed:
+#   bash bench/dag_speed.sh [OUT_DIR] [SECONDS]     (default: $OUT, else results/dag; 3000 s)
+# Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
+# of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv and report.html.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "${1:-${OUT:-results/dag}}")
+limit=${2:-3000}
+results=results/dag-gpu  # kept on a warm machine: a second call resumes the DAG
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/dmls-torch-extensions}
+if ! python3 -c "import snakemake" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/dmls-site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/dmls-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+python3 -c "import torch, os; print('torch', torch.__version__, 'cores', len(os.sched_getaffinity(0)))" |
+  tee -a "$out/gpu.txt"
+cat >/tmp/dmls-dag.yaml <<YAML
+results_dir: $results
+defaults: {dataset: synthetic_cifar}
+data:
+  synthetic_cifar: {n_train: 50000, n_test: 10000, seed: 0}
+  fashion_mnist: {debian_dir: .gpudata, download: false}
+YAML
+start=$SECONDS
+timeout "$limit" python3 -m snakemake --cores all --resources gpu="$gpus" \
+  --configfile /tmp/dmls-dag.yaml >"$out/snakemake.log" 2>&1
+status=$?
+wall=$((SECONDS - start))
+tail -n 3 "$out/snakemake.log"
+echo "DAG: exit $status in $wall s on $gpus GPU(s)" | tee "$out/dag_wall.txt"
+python3 bench/dag_table.py "$results" --wall "$wall" | tee "$out/dag_table.txt"
+cp "$results/runs.csv" "$results/report/report.html" "$out/" 2>/dev/null
+exit "$status"

@@ -1,0 +1,79 @@
+"""Where a whole DAG's time went: one line per training run and special study, slowest first.
+
+    python bench/dag_table.py RESULTS_DIR [--wall SECONDS] [--json FILE]
+
+For each run: its status, how its step ran, the GPUs and cores it held, and its seconds split
+into training, evaluation and the rest (process start-up, data loading, NCCL set-up, capture,
+checkpoints, exit) as the supervisor timed them. Then the totals: the jobs' sum against the
+DAG's wall time says how much ran side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+
+def run_rows(results: Path) -> list[dict]:
+    rows = []
+    for path in sorted(results.glob("runs/*/*/metrics.json")):
+        m = json.loads(path.read_text())
+        timing, launch = m.get("timing") or {}, m.get("launch") or {}
+        seconds = launch.get("seconds")
+        train, evaluate = timing.get("train_time_s"), timing.get("eval_time_s")
+        rows.append(
+            {
+                "job": f"{m['study']}/{m['run']}",
+                "status": m["status"],
+                "step": (m.get("step") or {}).get("mode", ""),
+                "gpus": len((m.get("reserved") or {}).get("gpus", [])),
+                "cores": len((m.get("reserved") or {}).get("cores", [])),
+                "waited_s": (m.get("reserved") or {}).get("waited_s"),
+                "seconds": seconds,
+                "train_s": train,
+                "eval_s": evaluate,
+                "other_s": seconds - train - evaluate
+                if None not in (seconds, train, evaluate)
+                else None,
+                "epochs": len(m.get("history") or []),
+            }
+        )
+    for path in sorted(results.glob("studies/*/summary.json")):
+        s = json.loads(path.read_text())
+        rows.append(
+            {"job": f"study {s['study']}", "status": s["status"], "seconds": s["wall_time_s"]}
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--wall", type=float, help="the DAG's wall time, in seconds")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    rows = run_rows(args.results)
+    if not rows:
+        print(f"no metrics.json or summary.json under {args.results}", file=sys.stderr)
+        return 1
+    table = pd.DataFrame(rows).sort_values("seconds", ascending=False, na_position="last")
+    with pd.option_context("display.width", 200, "display.max_rows", 500):
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    total = table["seconds"].sum()
+    two_gpu = table.loc[table.get("gpus", 0) >= 2, "seconds"].sum() if "gpus" in table else 0
+    print(
+        f"\n{len(table)} jobs; their seconds add up to {total:.0f} s; runs holding 2+ GPUs "
+        f"(one at a time on a 2-GPU host) {two_gpu:.0f} s"
+        + (f"; DAG wall {args.wall:.0f} s" if args.wall else "")
+    )
+    if args.json:
+        args.json.write_text(table.to_json(orient="records", indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
