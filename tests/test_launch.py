@@ -150,3 +150,29 @@ def test_hostile_paths_and_names_reach_the_worker_intact_and_no_shell_runs(
     (logged,) = [line for line in (tmp_path / "train.log").open() if line.startswith("$ ")]
     assert shlex.split(logged[2:]) == metrics["launch"]["commands"][0]
     assert str(data_dir) in metrics["launch"]["commands"][0]
+
+
+def test_a_worker_stopped_from_outside_writes_where_it_was(tmp_path, tabular_dir):
+    """A hung run's log must say where it hung: SIGTERM (what a launcher sends its ranks when it
+    is stopped) makes train.py print every thread's stack before it dies."""
+    import os
+    import signal
+    import subprocess
+
+    spec = make_spec(
+        dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu", epochs=10_000,
+        num_workers=0, launcher="single",
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), "--spec", spec.to_json(), "--data-dir", str(tabular_dir),
+         "--run-dir", str(tmp_path), "--checkpoint", str(tmp_path / "c.pt")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=os.environ | {"PYTHONPATH": str(WORKER.parent)},
+    )  # fmt: skip
+    for line in worker.stdout:  # training has started
+        if line.startswith("epoch 1/"):
+            break
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == -signal.SIGTERM
+    assert "most recent call first" in stderr and "in fit" in stderr

@@ -5,6 +5,7 @@ python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<
 """
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -17,6 +18,9 @@ from dmls.launch import die_with_parent
 # First, before importing torch takes seconds: a rank must not outlive its launcher (a
 # `kill -9` of torchrun would leave it training, and writing checkpoints, on its own).
 die_with_parent(signal.SIGKILL)
+# A rank stopped from outside (the launcher passes SIGTERM on) first writes where each of its
+# threads was, so the log of a run that hung says where.
+faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
 
 from dmls import engine  # noqa: E402
 from dmls.io import write_json  # noqa: E402

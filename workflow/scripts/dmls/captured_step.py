@@ -90,10 +90,15 @@ class CapturedStep:
         graph.replay()  # capturing recorded the step without running it
         self.replays += 1
 
+    def release(self) -> None:
+        """Free the graph (before the process group goes: see engine.train)."""
+        self.graph = None
+        torch.cuda.synchronize()
+
     @property
     def summary(self) -> dict[str, int | bool]:
         return {
-            "captured": self.graph is not None,
+            "captured": self.replays > 0,  # a capture replays once at once
             "eager_steps": self.eager_steps,
             "replayed_steps": self.replays,
         }
