@@ -2,10 +2,11 @@
 
     python bench/dag_table.py RESULTS_DIR [--wall SECONDS] [--json FILE]
 
-For each run: its status, how its step ran, the GPUs and cores it held, and its seconds split
-into training, evaluation and the rest (process start-up, data loading, NCCL set-up, capture,
-checkpoints, exit) as the supervisor timed them. Then the totals: the jobs' sum against the
-DAG's wall time says how much ran side by side.
+For each run: its status, how its step ran, the GPUs and cores it held, and its seconds as the
+supervisor timed them, split into the launcher's share (torchrun's agent, rendezvous, spawning
+and reaping the ranks), rank 0's imports, setup (process group, data, model), training,
+evaluation, checkpoints and teardown (gathering results, saving the model, leaving the group).
+Then the totals: the jobs' sum against the DAG's wall time says how much ran side by side.
 """
 
 from __future__ import annotations
@@ -24,21 +25,26 @@ def run_rows(results: Path) -> list[dict]:
         m = json.loads(path.read_text())
         timing, launch = m.get("timing") or {}, m.get("launch") or {}
         seconds = launch.get("seconds")
-        train, evaluate = timing.get("train_time_s"), timing.get("eval_time_s")
+        inside = (timing.get("import_s") or 0) + (timing.get("wall_time_s") or 0)
+        reserved = m.get("reserved") or {}
         rows.append(
             {
                 "job": f"{m['study']}/{m['run']}",
                 "status": m["status"],
                 "step": (m.get("step") or {}).get("mode", ""),
-                "gpus": len((m.get("reserved") or {}).get("gpus", [])),
-                "cores": len((m.get("reserved") or {}).get("cores", [])),
-                "waited_s": (m.get("reserved") or {}).get("waited_s"),
+                "gpus": len(reserved.get("gpus", [])),
+                "cores": len(reserved.get("cores", [])),
+                "waited_s": reserved.get("waited_s"),
                 "seconds": seconds,
-                "train_s": train,
-                "eval_s": evaluate,
-                "other_s": seconds - train - evaluate
-                if None not in (seconds, train, evaluate)
-                else None,
+                # The launcher's own share: starting (torchrun's agent, rendezvous, spawning
+                # the ranks) and ending, around what rank 0 timed itself.
+                "launcher_s": seconds - inside if seconds and inside else None,
+                "import_s": timing.get("import_s"),
+                "setup_s": timing.get("setup_s"),
+                "train_s": timing.get("train_time_s"),
+                "eval_s": timing.get("eval_time_s"),
+                "ckpt_s": timing.get("checkpoint_time_s"),
+                "teardown_s": timing.get("teardown_s"),
                 "epochs": len(m.get("history") or []),
             }
         )

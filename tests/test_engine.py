@@ -66,6 +66,12 @@ def test_a_run_trains_inside_the_cores_and_gpus_it_reserved(tmp_path, tabular_di
     for rank in metrics["ranks"]:  # both ranks, started by torchrun under the supervisor
         assert rank["cpu_affinity"] == reserved["cores"]
         assert rank["cuda_visible_devices"] == ""
+    # Where its seconds went: the parts rank 0 timed add up, and fit inside the launcher's.
+    t = metrics["timing"]
+    assert min(t["import_s"], t["setup_s"], t["checkpoint_time_s"], t["teardown_s"]) > 0
+    assert t["train_time_s"] + t["eval_time_s"] + t["checkpoint_time_s"] <= t["fit_s"]
+    assert t["setup_s"] + t["fit_s"] + t["teardown_s"] == pytest.approx(t["wall_time_s"], abs=0.05)
+    assert t["import_s"] + t["wall_time_s"] < metrics["launch"]["seconds"]
     shared, _ = run(tmp_path, tabular_dir, "shared", epochs=1, exclusive=False)
     assert "reserved" not in shared and shared["ranks"][0]["cuda_visible_devices"] is None
 

@@ -13,7 +13,9 @@ import time
 import traceback
 from pathlib import Path
 
-from dmls.launch import die_with_parent
+IMPORTS_START = time.perf_counter()  # before torch and the engine are imported
+
+from dmls.launch import die_with_parent  # noqa: E402
 
 # First, before importing torch takes seconds: a rank must not outlive its launcher (a
 # `kill -9` of torchrun would leave it training, and writing checkpoints, on its own).
@@ -37,8 +39,10 @@ def main() -> None:
     rank = os.environ.get("RANK", "0")
     try:
         spec = RunSpec.from_json(args.spec)
+        imports = time.perf_counter() - IMPORTS_START
         result = engine.train(spec, args.data_dir, args.run_dir / "model.pt", args.checkpoint)
         if result is not None:
+            result["timing"]["import_s"] = imports
             write_json(args.run_dir / "worker.json", result)
     except BaseException as exc:
         # The supervisor names the rank whose error came first as the run's reason; the full

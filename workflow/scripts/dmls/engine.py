@@ -584,6 +584,7 @@ class Trainer:
         progress = self._resume(checkpoint_path)
         resumed_from_epoch = progress.epoch
         status, reason, diverged_epoch = "ok", None, None
+        checkpoint_time = 0.0
         while progress.epoch < spec.epochs and not progress.stopped_early_epoch:
             epoch = progress.epoch
             self._sync()
@@ -627,8 +628,11 @@ class Trainer:
             patience = spec.early_stopping_patience
             if patience and progress.epochs_since_best >= patience:
                 progress.stopped_early_epoch = epoch + 1
+            t3 = time.perf_counter()
             self._save_checkpoint(checkpoint_path, progress)
+            checkpoint_time += time.perf_counter() - t3
         return {
+            "checkpoint_time_s": checkpoint_time,
             "status": status,
             "reason": reason,
             "history": progress.history,
@@ -742,7 +746,9 @@ def train(
     env = start_processes(spec)
     torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
     trainer = Trainer(spec, env, data_dir)
+    fit_start = time.perf_counter()
     outcome = trainer.fit(checkpoint_path)
+    fit_end = time.perf_counter()
     ranks = env.gather(_rank_facts(env, spec))
     effective = env.gather(trainer.probe.effective)
     result = None
@@ -769,9 +775,16 @@ def train(
                 "diverged_epoch": outcome["diverged_epoch"],
             },
             "resumed_from_epoch": outcome["resumed_from_epoch"],
+            # Where the run's seconds went, in order: joining the process group, loading the
+            # data and building the model (setup); the epochs (train, eval, checkpoints);
+            # gathering the results, saving the model and leaving the group (teardown, set
+            # below). train.py adds the imports before all of it.
             "timing": {
+                "setup_s": fit_start - wall_start,
                 "train_time_s": train_time,
                 "eval_time_s": sum(h["eval_time_s"] for h in history),
+                "checkpoint_time_s": outcome["checkpoint_time_s"],
+                "fit_s": fit_end - fit_start,
                 "wall_time_s": time.perf_counter() - wall_start,
                 "samples_per_s": trainer.n_train * len(history) / train_time
                 if train_time
@@ -792,4 +805,7 @@ def train(
         # the graph lived hung both DDP ranks in destroy_process_group (2× H100, torch 2.11).
         trainer.captured.release()
     env.close()
+    if result is not None:
+        result["timing"]["teardown_s"] = time.perf_counter() - fit_end
+        result["timing"]["wall_time_s"] = time.perf_counter() - wall_start
     return result
