@@ -30,10 +30,28 @@ rule profile_b_model:
         "../workflow/scripts/run_special_study.py"
 
 
+rule build_fused_conv_relu:
+    """C's CUDA extension, compiled before the study starts: nvcc needs cores, not the GPU the
+    study holds while it runs. Where it can't be built, the record says why (the study tries
+    again and reports it)."""
+    output:
+        record=f"{RESULTS}/build/fused_conv_relu.json",
+    log:
+        f"{RESULTS}/logs/build/fused_conv_relu.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: min(workflow.cores, 2)  # two sources: the C++ binding and the CUDA kernels
+    params:
+        build_root=f"{RESULTS}/build/torch_extensions",
+    script:
+        "../workflow/scripts/build_extension.py"
+
+
 rule fused_conv_benchmark:
     """C. CNNs with cuDNN, the FusedConvReLU kernel, cuDNN disabled, and on the CPU."""
     input:
         manifest=f"{RESULTS}/data/{config['special_studies']['fused_conv']['dataset']}.json",
+        extension=rules.build_fused_conv_relu.output.record,
     output:
         summary=f"{STUDIES_DIR}/fused_conv/summary.json",
         results=f"{STUDIES_DIR}/fused_conv/results.csv",

@@ -1,5 +1,7 @@
 """The special-study runner: every summary has one frame; strict turns skips into errors."""
 
+from types import SimpleNamespace
+
 import pytest
 import yaml
 
@@ -42,3 +44,55 @@ def test_every_configured_study_has_a_runner():
     assert set(schema["properties"]["special_studies"]["properties"]) == set(
         special_studies.STUDIES
     )
+
+
+def fake_snakemake(tmp_path, **fields):
+    """What Snakemake hands a `script:` (only the attributes the entry points read)."""
+    config = {"strict": False, "exclusive_runs": False}
+    defaults = dict(log=[str(tmp_path / "job.log")], threads=1, config=config)
+    return SimpleNamespace(**(defaults | fields))
+
+
+def test_the_extension_build_job_says_why_it_built_nothing_on_a_host_without_gpu(
+    tmp_path, monkeypatch
+):
+    import os
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    record_path = tmp_path / "build" / "fused_conv_relu.json"
+    record_path.parent.mkdir()
+    job = fake_snakemake(
+        tmp_path,
+        output=SimpleNamespace(record=str(record_path)),
+        params=SimpleNamespace(build_root=str(tmp_path / "ext")),
+    )
+    special_studies.build_from_snakemake(job)
+    record = read_json(record_path)
+    assert record["status"] == "skipped" and "no CUDA GPU" in record["reason"]
+    assert "TORCH_EXTENSIONS_DIR" not in os.environ  # nothing built, nothing pointed at
+
+
+def test_study_c_loads_the_extension_the_build_job_compiled(tmp_path, monkeypatch):
+    import os
+
+    seen = {}
+
+    def study(cfg, out_dir, **_):
+        seen["dir"] = os.environ.get("TORCH_EXTENSIONS_DIR")
+        return {"rows": [{"status": "ok", "reason": None}]}
+
+    monkeypatch.setitem(special_studies.STUDIES, "fake", study)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/elsewhere")
+    built = tmp_path / "fused_conv_relu.json"
+    built.write_text('{"status": "ok", "build_root": "/prebuilt"}')
+    job = fake_snakemake(
+        tmp_path,
+        input=SimpleNamespace(extension=str(built)),
+        output=SimpleNamespace(summary=str(tmp_path / "fake" / "summary.json")),
+        params=SimpleNamespace(study="fake", cfg={"title": "T"}),
+    )
+    special_studies.main_from_snakemake(job)
+    assert seen["dir"] == "/prebuilt"

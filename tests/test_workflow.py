@@ -18,7 +18,8 @@ EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(
 SPECIAL_STUDIES = ["profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes"]
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
-    "profile_b_model", "fused_conv_benchmark", "lenet_memory", "spare_failure", "float32_bytes",
+    "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",
+    "spare_failure", "float32_bytes",
 )  # fmt: skip
 
 
@@ -41,6 +42,26 @@ def test_dry_run_of_the_default_config_plans_every_run():
     assert counts["aggregate_runs"] == 1
     assert counts["report_study"] == len(EXPECTED_RUNS) and counts["render_report"] == 1
     assert all(counts[rule] == 1 for rule in SPECIAL_STUDY_RULES)
+
+
+def test_each_local_run_gets_the_cores_of_its_processes_at_most_all_of_them():
+    """cluster.cpus_per_process (4) per process, capped at --cores: what a run reserves."""
+
+    def threads(cores: int) -> dict[str, int]:
+        out = snakemake("-n", "--cores", str(cores), "--forceall")
+        assert out.returncode == 0, out.stderr
+        found, run = {}, None
+        for line in out.stdout.splitlines():
+            if line.strip().startswith("wildcards: study="):
+                run = line.split("study=")[1].replace(", run=", "/")
+            elif line.strip().startswith("threads:") and run:
+                found[run], run = int(line.split()[1]), None
+        return found
+
+    wide = threads(32)
+    assert wide["parallelism/single_gpu"] == 4 and wide["parallelism/ddp_2gpu"] == 8
+    assert wide["cluster_torchrun/n2xp2"] == 16 and wide["cluster_precision/fp16_n1xp1"] == 4
+    assert set(threads(6).values()) == {4, 6}  # no run asks for more than --cores
 
 
 def test_a_bad_config_stops_snakemake_before_any_job_with_the_key_and_what_is_allowed(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import os
 import sys
 import time
 from collections import Counter
@@ -21,7 +22,8 @@ from typing import Any
 
 from . import conv_benchmark, floats, memory, profiling, reliability, slots
 from .hardware import Host, describe
-from .io import write_json
+from .io import read_json, write_json
+from .kernels import fused_conv_relu
 
 STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "profiler": profiling.run,
@@ -83,9 +85,28 @@ def run_study(
     return summary
 
 
+def build_from_snakemake(snakemake: Any) -> None:
+    """Entry of the `build_fused_conv_relu` rule: compile C's CUDA extension, record how."""
+    with open(snakemake.log[0], "w") as log:
+        sys.stderr = log
+        logging.basicConfig(
+            stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        record = fused_conv_relu.prebuild(Path(snakemake.params.build_root), snakemake.threads)
+        logging.info("%s", record)
+        write_json(Path(snakemake.output.record), record)
+        if snakemake.config["strict"] and record["status"] == "failed":
+            raise StudyIncomplete(f"{record['extension']}: {record['reason']}")
+
+
 def main_from_snakemake(snakemake: Any) -> None:
     """Entry of the special-study rules (`params.study` names the study)."""
     manifest = getattr(snakemake.input, "manifest", None)
+    prebuilt = getattr(snakemake.input, "extension", None)
+    if prebuilt and (record := read_json(Path(prebuilt)))["status"] == "ok":
+        # Load the extension the build job compiled (rules/studies.smk) instead of compiling
+        # it again while this study holds a GPU.
+        os.environ["TORCH_EXTENSIONS_DIR"] = record["build_root"]
     with open(snakemake.log[0], "w") as log:
         sys.stderr = log  # warnings and tracebacks belong in the rule's log too
         logging.basicConfig(

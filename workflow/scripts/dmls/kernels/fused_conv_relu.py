@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -112,6 +113,28 @@ def load_extension() -> None:
         is_python_module=False,
     )
     log.info("%s ready in %.1f s", EXTENSION_NAME, time.perf_counter() - start)
+
+
+def prebuild(build_root: Path, threads: int = 1) -> dict[str, Any]:
+    """Compile the extension into `build_root` ahead of the code that loads it (with
+    TORCH_EXTENSIONS_DIR pointing there). The DAG does this in a job of its own, because nvcc
+    needs cores, not the GPU that study C holds while it runs. Returns what happened: status
+    `ok` with the build's seconds, or `skipped` / `failed` with the reason."""
+    import os
+
+    record: dict[str, Any] = {"extension": EXTENSION_NAME, "build_root": str(build_root)}
+    if not torch.cuda.is_available():
+        reason = "no CUDA GPU on this host: the kernel can't run here, so it is not built"
+        return record | {"status": "skipped", "reason": reason}
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(build_root)
+    os.environ.setdefault("MAX_JOBS", str(threads))  # ninja's parallel compile jobs
+    start = time.perf_counter()
+    try:
+        load_extension()
+    except Exception as e:  # the study retries and reports it in its rows
+        log.exception("building %s failed", EXTENSION_NAME)
+        return record | {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
+    return record | {"status": "ok", "reason": None, "seconds": time.perf_counter() - start}
 
 
 def _forward_cpu(x: torch.Tensor, weight, bias, stride: Pair, padding: Pair) -> torch.Tensor:
