@@ -4,6 +4,7 @@
 # CIFAR-shaped set of the same size (50,000 + 10,000 images) and study C on Fashion-MNIST from
 # .gpudata/; every other setting is config/config.yaml's. No internet needed:
 #   bash bench/dag_speed.sh [OUT_DIR] [SECONDS]     (default: $OUT, else results/dag; 3000 s)
+#   ISOLATION=devices bash bench/dag_speed.sh ...     (jobs side by side; default: host)
 # Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
 # of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv and report.html.
 set -uo pipefail
@@ -24,6 +25,7 @@ python3 -c "import torch, os; print('torch', torch.__version__, 'cores', len(os.
   tee -a "$out/gpu.txt"
 cat >/tmp/dmls-dag.yaml <<YAML
 results_dir: $results
+isolation: ${ISOLATION:-host}
 defaults: {dataset: synthetic_cifar}
 data:
   synthetic_cifar: {n_train: 50000, n_test: 10000, seed: 0}
@@ -35,7 +37,8 @@ timeout "$limit" python3 -m snakemake --cores all --resources gpu="$gpus" \
 status=$?
 wall=$((SECONDS - start))
 tail -n 3 "$out/snakemake.log"
-echo "DAG: exit $status in $wall s on $gpus GPU(s)" | tee "$out/dag_wall.txt"
+echo "DAG: exit $status in $wall s on $gpus GPU(s), isolation ${ISOLATION:-host}" |
+  tee "$out/dag_wall.txt"
 python3 bench/dag_table.py "$results" --wall "$wall" | tee "$out/dag_table.txt"
 cp "$results/runs.csv" "$results/report/report.html" "$out/" 2>/dev/null
 exit "$status"

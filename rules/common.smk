@@ -101,13 +101,14 @@ def run_resource(name):
 
 
 def local_threads(processes):
-    """Cores of a local timed job: `cluster.cpus_per_process` for each of its processes, at
-    most `--cores`. The job reserves them, and its GPUs, so jobs go side by side without
-    sharing either (dmls/slots.py); with `exclusive_runs: false` every job takes one core and
-    nothing is reserved."""
-    if not config["exclusive_runs"]:
-        return 1
-    return min(workflow.cores, processes * config["cluster"]["cpus_per_process"])
+    """Cores of a local timed job (config `isolation`): every core Snakemake may use (`host`:
+    nothing runs beside it), `cluster.cpus_per_process` per process at most `--cores`
+    (`devices`: it reserves them and its GPUs, dmls/slots.py), or one (`none`)."""
+    return {
+        "host": workflow.cores,
+        "devices": min(workflow.cores, processes * config["cluster"]["cpus_per_process"]),
+        "none": 1,
+    }[config["isolation"]]
 
 
 def run_threads(wildcards):

@@ -25,7 +25,7 @@ SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 # OneCycle, fp16 with its GradScaler: every kind of state a checkpoint holds. Epochs long
 # enough (64 steps) to be killed in the middle.
 CONFIG = {
-    "exclusive_runs": False,
+    "isolation": "none",
     "data": {"tabular": {"synthetic": {"n_train": 1024, "n_test": 256, "seed": 0}}},
     "studies": {
         "cluster_torchrun": {

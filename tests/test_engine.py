@@ -9,7 +9,7 @@ from dmls import launch, supervise
 B_MODEL = {"name": "mlp", "hidden": 16, "batch_norm": False}  # no BN: DDP ≡ one big batch
 
 
-def run(tmp_path, data_dir, name, strict=True, threads=2, exclusive=True, **overrides):
+def run(tmp_path, data_dir, name, strict=True, threads=2, isolation="host", **overrides):
     settings = dict(
         dataset="tabular", model=B_MODEL, device="cpu", backend="gloo", epochs=2, num_workers=0,
         optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.9},
@@ -26,7 +26,7 @@ def run(tmp_path, data_dir, name, strict=True, threads=2, exclusive=True, **over
             log=log,
             threads=threads,
             strict=strict,
-            exclusive=exclusive,
+            isolation=isolation,
         )
     return metrics, run_dir
 
@@ -72,7 +72,7 @@ def test_a_run_trains_inside_the_cores_and_gpus_it_reserved(tmp_path, tabular_di
     assert t["train_time_s"] + t["eval_time_s"] + t["checkpoint_time_s"] <= t["fit_s"]
     assert t["setup_s"] + t["fit_s"] + t["teardown_s"] == pytest.approx(t["wall_time_s"], abs=0.05)
     assert t["import_s"] + t["wall_time_s"] < metrics["launch"]["seconds"]
-    shared, _ = run(tmp_path, tabular_dir, "shared", epochs=1, exclusive=False)
+    shared, _ = run(tmp_path, tabular_dir, "shared", epochs=1, isolation="none")
     assert "reserved" not in shared and shared["ranks"][0]["cuda_visible_devices"] is None
 
 

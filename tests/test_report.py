@@ -61,7 +61,7 @@ def fake_metrics(
         },
         "started_at": "2026-11-26T05:00:00+00:00",
         "finished_at": "2026-11-26T05:01:40+00:00",
-        "launch": {"exclusive": True, "seconds": 100.0},
+        "launch": {"isolation": "host", "seconds": 100.0},
     }
     if status != "ok":
         return record
@@ -271,6 +271,23 @@ def test_sweep_fits_memory_against_the_swept_setting():
     assert lines[0].startswith("peak GPU memory (max over GPUs) vs batch_size: 2.50 MiB per unit")
     assert "plus 100.0 MiB" in lines[0] and "R² = 1.000" in lines[0]
     assert "(falling at every step)" in lines[1]
+
+
+def test_timings_carry_a_caveat_when_runs_had_neighbours():
+    def caveat(*launches):
+        metrics = []
+        for i, launch in enumerate(launches):
+            m = fake_metrics(f"r{i}")
+            m["launch"] = launch | {"seconds": 100.0}
+            metrics.append(m)
+        return observations.timing_caveat(Study.from_metrics("parallelism", {}, metrics))
+
+    assert caveat({"isolation": "host"}, {"isolation": "host"}) == []
+    (devices,) = caveat({"isolation": "host"}, {"isolation": "devices"})
+    assert "isolation: devices" in devices and "CPU package" in devices
+    (shared,) = caveat({"isolation": "devices"}, {"exclusive": False})  # metrics of old runs
+    assert "isolation: none" in shared and "not comparable" in shared
+    assert caveat({"exclusive": True}) == []
 
 
 def test_generalization_flags_test_loss_rising_while_train_loss_falls():

@@ -48,7 +48,7 @@ def test_every_configured_study_has_a_runner():
 
 def fake_snakemake(tmp_path, **fields):
     """What Snakemake hands a `script:` (only the attributes the entry points read)."""
-    config = {"strict": False, "exclusive_runs": False}
+    config = {"strict": False, "isolation": "none"}
     defaults = dict(log=[str(tmp_path / "job.log")], threads=1, config=config)
     return SimpleNamespace(**(defaults | fields))
 

@@ -44,11 +44,14 @@ def test_dry_run_of_the_default_config_plans_every_run():
     assert all(counts[rule] == 1 for rule in SPECIAL_STUDY_RULES)
 
 
-def test_each_local_run_gets_the_cores_of_its_processes_at_most_all_of_them():
-    """cluster.cpus_per_process (4) per process, capped at --cores: what a run reserves."""
+def test_each_local_run_gets_the_cores_its_isolation_gives():
+    """`host`: every core; `devices`: cluster.cpus_per_process (4) per process, capped at
+    --cores (what the run then reserves)."""
 
-    def threads(cores: int) -> dict[str, int]:
-        out = snakemake("-n", "--cores", str(cores), "--forceall")
+    def threads(cores: int, isolation: str = "devices") -> dict[str, int]:
+        out = snakemake(
+            "-n", "--cores", str(cores), "--forceall", "--config", f"isolation={isolation}"
+        )
         assert out.returncode == 0, out.stderr
         found, run = {}, None
         for line in out.stdout.splitlines():
@@ -62,6 +65,7 @@ def test_each_local_run_gets_the_cores_of_its_processes_at_most_all_of_them():
     assert wide["parallelism/single_gpu"] == 4 and wide["parallelism/ddp_2gpu"] == 8
     assert wide["cluster_torchrun/n2xp2"] == 16 and wide["cluster_precision/fp16_n1xp1"] == 4
     assert set(threads(6).values()) == {4, 6}  # no run asks for more than --cores
+    assert set(threads(32, "host").values()) == {32}
 
 
 def test_a_bad_config_stops_snakemake_before_any_job_with_the_key_and_what_is_allowed(tmp_path):

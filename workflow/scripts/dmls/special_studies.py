@@ -112,7 +112,7 @@ def main_from_snakemake(snakemake: Any) -> None:
         logging.basicConfig(
             stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-        timed = snakemake.config["exclusive_runs"] and snakemake.params.get("timed", False)
+        timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
         try:
             with contextlib.ExitStack() as held:
                 if timed:

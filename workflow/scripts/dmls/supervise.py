@@ -71,7 +71,7 @@ def run(
     log: IO[str],
     threads: int,
     strict: bool = False,
-    exclusive: bool = True,
+    isolation: str = "host",
 ) -> dict[str, Any]:
     """Run `spec`, resuming from `checkpoint_path` when it holds this spec's last finished
     epoch; write `<run_dir>/metrics.json` and return its content."""
@@ -122,7 +122,7 @@ def run(
     # either (dmls/slots.py); in a Slurm job the allocation is the run's already.
     with contextlib.ExitStack() as held:
         reservation = None
-        if exclusive and slurm is None:
+        if isolation != "none" and slurm is None:
             reservation = held.enter_context(
                 slots.reserve(
                     gpus_needed(spec, host, nodes_here),
@@ -144,8 +144,8 @@ def run(
             "commands": [c.argv for c in commands],
             "env": [c.env for c in commands],
             "threads": threads,
-            # Whether the run held its GPUs and cores to itself (config `exclusive_runs`).
-            "exclusive": exclusive,
+            # What the run shared with other jobs of this host (config `isolation`).
+            "isolation": isolation,
             "load_average_before": os.getloadavg(),
             "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
         }
@@ -322,5 +322,5 @@ def main_from_snakemake(snakemake: Any) -> None:
             log=log,
             threads=snakemake.threads,
             strict=snakemake.config["strict"],
-            exclusive=snakemake.config["exclusive_runs"],
+            isolation=snakemake.config["isolation"],
         )

@@ -162,12 +162,19 @@ def step_check(study: Study) -> list[str]:
 
 
 def timing_caveat(study: Study) -> list[str]:
-    if study.ok.empty or study.exclusive:
-        return []
-    return [
-        "These runs shared the host with other jobs (exclusive_runs: false), so their "
-        "timings are not comparable with each other."
-    ]
+    isolation = study.isolation
+    if "none" in isolation:
+        return [
+            "These runs shared the host with other jobs (isolation: none), so their timings "
+            "are not comparable with each other."
+        ]
+    if "devices" in isolation:
+        return [
+            "These runs had other jobs beside them on other cores and GPUs (isolation: "
+            "devices): no core or GPU was shared, but the CPU package was (boost clock, memory "
+            "bandwidth), so host-bound steps may be slower than on a host of their own."
+        ]
+    return []
 
 
 def generalization(study: Study) -> dict[str, Any] | None:

@@ -140,10 +140,16 @@ class Study:
         return "peak_host_rss_bytes", "peak host RSS (max over ranks)"
 
     @property
-    def exclusive(self) -> bool:
-        """Whether every run had the host to itself, so that timings compare."""
-        launches = [m.get("launch") for m in self.metrics.values() if m["status"] == OK]
-        return all(launch and launch.get("exclusive") for launch in launches)
+    def isolation(self) -> set[str]:
+        """What the finished runs shared with other jobs (config `isolation`): `host` (nothing),
+        `devices` (the CPU package, not their cores or GPUs) or `none` (everything)."""
+
+        def of(launch: dict[str, Any]) -> str:
+            if "isolation" in launch:
+                return launch["isolation"]
+            return "host" if launch.get("exclusive") else "none"  # metrics before `isolation`
+
+        return {of(m.get("launch") or {}) for m in self.metrics.values() if m["status"] == OK}
 
     def settings_table(self) -> dict[str, Any]:
         """What was run: one row per run, one column per setting that varies."""
