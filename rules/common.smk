@@ -101,14 +101,24 @@ def run_resource(name):
 
 
 def local_threads(processes):
-    """Cores of a local timed job (config `isolation`): every core Snakemake may use (`host`:
+    """Cores of a timed job (config `isolation`): every core Snakemake may use (`host`:
     nothing runs beside it), `cluster.cpus_per_process` per process at most `--cores`
-    (`devices`: it reserves them and its GPUs, dmls/slots.py), or one (`none`)."""
-    return {
-        "host": workflow.cores,
-        "devices": min(workflow.cores, processes * config["cluster"]["cpus_per_process"]),
-        "none": 1,
-    }[config["isolation"]]
+    (`devices`: it reserves them and its GPUs, dmls/slots.py), or one (`none`). A cluster job
+    asks for `cluster.cpus_per_process` per process."""
+    isolation, per_process = config["isolation"], config["cluster"]["cpus_per_process"]
+    if on_cluster():
+        return processes * per_process
+    if isolation == "none":
+        return 1
+    # (workflow.cores is only known with --cores, so it is read last.)
+    if isolation == "devices":
+        return min(workflow.cores, processes * per_process)
+    return workflow.cores
+
+
+def timed_threads(wildcards):
+    """Cores of a timed special study (B4, C, D1): one process, held like a training run's."""
+    return local_threads(1)
 
 
 def run_threads(wildcards):

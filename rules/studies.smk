@@ -3,10 +3,6 @@
 # Their target list is special_study_outputs() in common.smk.
 
 
-# Profiles and timings hold their cores (and a GPU, where there is one) like a training run.
-TIMED_THREADS = local_threads(1)
-
-
 rule profile_b_model:
     """B4. torch.profiler over test batches of the B model: time and memory per module."""
     input:
@@ -21,7 +17,7 @@ rule profile_b_model:
         f"{RESULTS}/logs/studies/profiler.log",
     conda:
         "../envs/pipeline.yaml"
-    threads: TIMED_THREADS
+    threads: timed_threads
     params:
         study="profiler",
         timed=True,  # reserves its cores and a GPU, where there is one
@@ -40,7 +36,7 @@ rule build_fused_conv_relu:
         f"{RESULTS}/logs/build/fused_conv_relu.log",
     conda:
         "../envs/pipeline.yaml"
-    threads: min(workflow.cores, 2)  # two sources: the C++ binding and the CUDA kernels
+    threads: 2  # two sources (the C++ binding, the CUDA kernels); fewer if --cores is lower
     params:
         build_root=f"{RESULTS}/build/torch_extensions",
     script:
@@ -60,7 +56,7 @@ rule fused_conv_benchmark:
         f"{RESULTS}/logs/studies/fused_conv.log",
     conda:
         "../envs/pipeline.yaml"
-    threads: TIMED_THREADS
+    threads: timed_threads
     params:
         study="fused_conv",
         timed=True,  # reserves its cores and a GPU, where there is one
@@ -82,7 +78,7 @@ rule lenet_memory:
         f"{RESULTS}/logs/studies/lenet_memory.log",
     conda:
         "../envs/pipeline.yaml"
-    threads: TIMED_THREADS
+    threads: timed_threads
     params:
         study="lenet_memory",
         timed=True,  # reserves its cores and a GPU, where there is one
