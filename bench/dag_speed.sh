@@ -13,16 +13,9 @@ out=$(realpath -m "${1:-${OUT:-results/dag}}")
 limit=${2:-3000}
 results=results/dag-gpu  # kept on a warm machine: a second call resumes the DAG
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/dmls-torch-extensions}
-if ! python3 -c "import snakemake" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/dmls-site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/dmls-site${PYTHONPATH:+:$PYTHONPATH}
-fi
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/dmls-torch-extensions}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-python3 -c "import torch, os; print('torch', torch.__version__, 'cores', len(os.sched_getaffinity(0)))" |
-  tee -a "$out/gpu.txt"
+. bench/gpu_host.sh && gpu_host_setup "$out" || exit 1
 cat >/tmp/dmls-dag.yaml <<YAML
 results_dir: $results
 isolation: ${ISOLATION:-host}

@@ -8,15 +8,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/gpu}}")
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-if ! python3 -c "import snakemake" 2>/dev/null; then  # the bench completes specs via its schema
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/dmls-site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/dmls-site${PYTHONPATH:+:$PYTHONPATH}
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
-  tee -a "$out/gpu.txt"
+# (Snakemake too: the bench completes its run specs with Snakemake's schema validation.)
+. bench/gpu_host.sh && gpu_host_setup "$out" || exit 1
 
 python3 -m pytest tests/test_engine_cuda.py -v -rs -p no:cacheprovider >"$out/test_engine_cuda.log" 2>&1
 tests=$?

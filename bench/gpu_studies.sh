@@ -11,20 +11,12 @@ cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/gpu}}")
 results=/tmp/dmls-gpu-results
 mkdir -p "$out" "$results"
-export PYTHONUNBUFFERED=1
 # One build of the extension, shared by the tests and the study.
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/dmls-torch-extensions}
-if ! python3 -c "import snakemake" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/dmls-site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/dmls-site${PYTHONPATH:+:$PYTHONPATH}
-fi
 # Whatever happens below, keep what was produced.
 trap 'tar czf "$out/gpu_studies.tar.gz" -C "$results" studies logs 2>/dev/null' EXIT
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
-  tee -a "$out/gpu.txt"
+. bench/gpu_host.sh && gpu_host_setup "$out" || exit 1
 
 start=$SECONDS
 python3 -m pytest tests/test_kernel_cuda.py -v -rs -p no:cacheprovider 2>&1 |

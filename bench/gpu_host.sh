@@ -1,0 +1,15 @@
+# Sourced by the bench/*.sh scripts that run on a lent GPU machine (python3 with torch, no
+# internet): `gpu_host_setup OUT_DIR` makes Snakemake importable (from the wheels in .whl/,
+# built for that python, when python3 lacks it) and writes the host's GPUs, torch and cores to
+# OUT_DIR/gpu.txt. Returns non-zero when the wheels don't install.
+gpu_host_setup() {
+  export PYTHONUNBUFFERED=1
+  if ! python3 -c "import snakemake" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/dmls-site .whl/*.whl || return 1
+    export PYTHONPATH=/tmp/dmls-site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$1/gpu.txt"
+  python3 -c "import os, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+      'cores', len(os.sched_getaffinity(0)))" | tee -a "$1/gpu.txt"
+}
