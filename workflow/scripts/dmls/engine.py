@@ -777,15 +777,14 @@ def train(
             "resumed_from_epoch": outcome["resumed_from_epoch"],
             # Where the run's seconds went, in order: joining the process group, loading the
             # data and building the model (setup); the epochs (train, eval, checkpoints);
-            # gathering the results, saving the model and leaving the group (teardown, set
-            # below). train.py adds the imports before all of it.
+            # gathering the results, saving the model and leaving the group (teardown; it and
+            # the wall time are set below). train.py adds the imports before all of it.
             "timing": {
                 "setup_s": fit_start - wall_start,
                 "train_time_s": train_time,
                 "eval_time_s": sum(h["eval_time_s"] for h in history),
                 "checkpoint_time_s": outcome["checkpoint_time_s"],
                 "fit_s": fit_end - fit_start,
-                "wall_time_s": time.perf_counter() - wall_start,
                 "samples_per_s": trainer.n_train * len(history) / train_time
                 if train_time
                 else None,
@@ -806,6 +805,6 @@ def train(
         trainer.captured.release()
     env.close()
     if result is not None:
-        result["timing"]["teardown_s"] = time.perf_counter() - fit_end
-        result["timing"]["wall_time_s"] = time.perf_counter() - wall_start
+        end = time.perf_counter()
+        result["timing"] |= {"teardown_s": end - fit_end, "wall_time_s": end - wall_start}
     return result

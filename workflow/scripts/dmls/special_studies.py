@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +85,20 @@ def run_study(
     return summary
 
 
-def build_from_snakemake(snakemake: Any) -> None:
-    """Entry of the `build_fused_conv_relu` rule: compile C's CUDA extension, record how."""
-    with open(snakemake.log[0], "w") as log:
+@contextlib.contextmanager
+def _job_log(path: str) -> Iterator[None]:
+    """Send this job's logging, warnings and tracebacks to its rule's log file."""
+    with open(path, "w") as log:
         sys.stderr = log
         logging.basicConfig(
             stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        yield
+
+
+def build_from_snakemake(snakemake: Any) -> None:
+    """Entry of the `build_fused_conv_relu` rule: compile C's CUDA extension, record how."""
+    with _job_log(snakemake.log[0]):
         record = fused_conv_relu.prebuild(Path(snakemake.params.build_root), snakemake.threads)
         logging.info("%s", record)
         write_json(Path(snakemake.output.record), record)
@@ -107,11 +114,7 @@ def main_from_snakemake(snakemake: Any) -> None:
         # Load the extension the build job compiled (rules/studies.smk) instead of compiling
         # it again while this study holds a GPU.
         os.environ["TORCH_EXTENSIONS_DIR"] = record["build_root"]
-    with open(snakemake.log[0], "w") as log:
-        sys.stderr = log  # warnings and tracebacks belong in the rule's log too
-        logging.basicConfig(
-            stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    with _job_log(snakemake.log[0]):
         timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
         try:
             with contextlib.ExitStack() as held:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,8 +121,6 @@ def prebuild(build_root: Path, threads: int = 1) -> dict[str, Any]:
     TORCH_EXTENSIONS_DIR pointing there). The DAG does this in a job of its own, because nvcc
     needs cores, not the GPU that study C holds while it runs. Returns what happened: status
     `ok` with the build's seconds, or `skipped` / `failed` with the reason."""
-    import os
-
     record: dict[str, Any] = {"extension": EXTENSION_NAME, "build_root": str(build_root)}
     if not torch.cuda.is_available():
         reason = "no CUDA GPU on this host: the kernel can't run here, so it is not built"
