@@ -33,3 +33,22 @@ def test_the_speed_benchmark_runs_its_cpu_path_and_writes_its_table(tmp_path):
     claim = f"{best} vs course, batch 32"
     assert speedup[claim] == rows["course"]["steady_epoch_s"] / rows[best]["steady_epoch_s"]
     assert "run" in done.stdout and "vs course" in done.stdout  # the printed table
+
+
+def test_the_ddp_scaling_benchmark_runs_its_cpu_path(tmp_path):
+    out = tmp_path / "ddp.json"
+    bench = str(ROOT / "bench" / "ddp_scaling.py")
+    command = [sys.executable, bench, "--device", "cpu", "--n-train", "256", "--epochs", "2",
+               "--variants", "one_graph", "ddp_graph_bucket_view", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    assert [r["processes"] for r in rows.values()] == [1, 2]
+    for row in rows.values():
+        # 256 images / batch 128 per process; two timed epochs and one profiled.
+        assert row["steps_per_epoch"] == 2 // row["processes"]
+        assert len(row["epochs_s"]) == 2 and row["steady_epoch_s"] > 0
+        assert row["step"]["mode"] == "eager"  # no GPU: no graph, and the record says why
+        assert "Self CPU time total" in row["host_ops"]  # the profiler's table of host ops
+    assert rows["ddp_graph_bucket_view"]["allreduce_grads_us"] > 0
+    assert "ddp_graph_bucket_view" in done.stdout and "vs one" in done.stdout

@@ -69,3 +69,41 @@ def test_dataparallel_reads_the_device_resident_data_and_says_why_it_is_eager(tm
     assert dp["step"]["mode"] == "eager"
     assert dp["step"]["eager_reason"].startswith("DataParallel copies the model")
     assert [g["index"] for g in dp["ranks"][0]["gpus"]] == [0, 1]
+
+
+def train_ddp(tmp_path, data_dir, name, **overrides):
+    """Two ranks under torchrun, started as the DAG starts them (dmls.supervise)."""
+    from dmls import supervise
+
+    settings = dict(
+        dataset="synthetic_cifar", model=CNN, device="cuda", epochs=3, batch_size=32,
+        launcher="torchrun", nproc_per_node=2, backend="nccl",
+        optimizer={"name": "adamw", "lr": 0.003, "weight_decay": 0.05},
+        scheduler={"name": "onecycle", "max_lr": 0.003},
+    )  # fmt: skip
+    spec = make_spec(run=name, **(settings | overrides))
+    run_dir = tmp_path / name
+    with open(tmp_path / f"{name}.log", "w") as log:
+        result = supervise.run(
+            spec, run_dir=run_dir, data_dir=data_dir, checkpoint_path=tmp_path / f"{name}.pt",
+            log=log, threads=4, strict=False, isolation="none",
+        )  # fmt: skip
+    assert result["status"] == "ok", (tmp_path / f"{name}.log").read_text()[-3000:]
+    return result
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("step", ["graph", "compile"])
+def test_ddp_with_a_captured_step_learns_what_eager_ddp_learns(tmp_path, images_dir, step):
+    eager = train_ddp(tmp_path, images_dir, "eager", step="eager")
+    fast = train_ddp(tmp_path, images_dir, step, step=step)
+    record = fast["step"]
+    assert record["mode"] == "cuda_graph" and record["compiled"] is (step == "compile")
+    # 1000 images per rank / 32 = 31 full batches and a ragged one per epoch; DDP warms up
+    # for 11 steps before the capture.
+    assert record["eager_steps"] == 11 + 3 and record["replayed_steps"] == 3 * 31 - 11
+    for e, f in zip(eager["history"], fast["history"], strict=True):
+        assert f["train_loss"] == pytest.approx(e["train_loss"], rel=0.05)
+    assert fast["final"]["test_accuracy"] == pytest.approx(
+        eager["final"]["test_accuracy"], abs=0.05
+    )

@@ -410,10 +410,11 @@ class Trainer:
         # What runs a training micro-step: the wrapped model, compiled for `step: compile`
         # after the first step (which runs eagerly, so the precision probe sees it).
         self.step_module = self.wrapped
+        # (Under DDP, dynamo splits the compiled graph at DDP's bucket boundaries, so the
+        # all-reduces still start during the backward: tests/test_engine_cuda.py checks that
+        # such a run learns what eager DDP learns.)
+        self.compile_pending = self.stream is not None and spec.step == "compile"
         ddp = isinstance(self.wrapped, nn.parallel.DistributedDataParallel)
-        # torch.compile of a DDP model inside a captured step has not been validated on GPUs
-        # yet (issue #6): DDP runs use the graph alone, and their record says so.
-        self.compile_pending = self.stream is not None and spec.step == "compile" and not ddp
         self.captured = None
         if self.stream is not None:
             self.captured = CapturedStep(
@@ -692,8 +693,6 @@ class Trainer:
             if self.memory_format == torch.channels_last
             else "contiguous",
         }
-        if self.spec.step == "compile" and self.captured is not None and not compiled:
-            record["not_compiled_reason"] = "DDP: compile inside a CUDA graph not validated yet"
         if self.captured is None:
             return record | {"mode": "eager", "eager_reason": self.eager_reason}
         summary = self.captured.summary
