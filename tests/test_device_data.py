@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from conftest import make_spec
 from dmls.captured_step import eager_reason
-from dmls.device_data import CROP_PADDING, BatchAugment, DeviceLoader
+from dmls.device_data import CROP_PADDING, BatchAugment, DeviceLoader, sampler_order
 from dmls.spec import AugmentSpec
 
 CPU = torch.device("cpu")
@@ -162,3 +162,15 @@ def test_the_epoch_is_transformed_in_chunks_without_changing_any_batch(monkeypat
     for (x, y), (x_ref, y_ref) in zip(got, want, strict=True):
         torch.testing.assert_close(x, x_ref)
         assert torch.equal(y, y_ref)
+
+
+@pytest.mark.parametrize("n, world", [(103, 1), (103, 2), (103, 4), (2, 5), (7, 3)])
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_the_epoch_order_tensor_is_the_samplers_own_order(n, world, shuffle, drop_last):
+    # (2, 5): fewer samples than ranks, so DistributedSampler pads by repeating the order.
+    for rank in range(world):
+        sampler = DistributedSampler(range(n), world, rank, shuffle, seed=11, drop_last=drop_last)
+        for epoch in (0, 3):
+            sampler.set_epoch(epoch)
+            assert sampler_order(sampler).tolist() == list(sampler)

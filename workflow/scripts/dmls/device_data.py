@@ -110,6 +110,25 @@ def _grey(x: torch.Tensor) -> torch.Tensor:
     return (r * x[:, 0:1] + g * x[:, 1:2] + b * x[:, 2:3]).contiguous()
 
 
+def sampler_order(sampler: DistributedSampler) -> torch.Tensor:
+    """`list(sampler)` as a tensor: the same indices in the same order (DistributedSampler's
+    seeded shuffle, padding and rank stride), built with tensor ops. The Python list of every
+    index took ~10 ms per epoch (2-core host): with 49 steps of batch 512 on 2 GPUs, that idled
+    each GPU for as long as 7 steps (2× H100, profiler trace)."""
+    n = len(sampler.dataset)  # type: ignore[arg-type]
+    if sampler.shuffle:
+        generator = torch.Generator()
+        generator.manual_seed(sampler.seed + sampler.epoch)
+        indices = torch.randperm(n, generator=generator)
+    else:
+        indices = torch.arange(n)
+    # Pad by repeating the order (or drop the tail) so every rank gets as many samples.
+    indices = indices.repeat(math.ceil(sampler.total_size / n))[: sampler.total_size]
+    order = indices[sampler.rank : sampler.total_size : sampler.num_replicas]
+    assert len(order) == sampler.num_samples, (len(order), sampler.num_samples)
+    return order
+
+
 class DeviceLoader:
     """Training batches of one rank, drawn from tensors resident on the training device.
 
@@ -139,7 +158,7 @@ class DeviceLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # One host-to-device copy per epoch: this rank's whole index list.
-        order = torch.tensor(list(self.sampler), dtype=torch.long)
+        order = sampler_order(self.sampler)
         order = order.pin_memory() if self.inputs.is_cuda else order
         order = order.to(self.inputs.device, non_blocking=True)[: len(self) * self.batch_size]
         # The whole epoch is gathered and augmented up front, a chunk of images per kernel: a
