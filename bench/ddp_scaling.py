@@ -62,6 +62,9 @@ VARIANTS = {
     # No broadcast of BatchNorm's running statistics from rank 0 before each forward (a
     # collective that starts every step). Measurement only: ranks' statistics then drift apart.
     "ddp_graph_local_buffers": Variant(2, "graph", BUCKET_VIEW | {"broadcast_buffers": False}),
+    # NCCL's support for captured and uncaptured collectives outstanding at once costs extra
+    # synchronisation in every replay (NCCL's "Using NCCL with CUDA Graphs").
+    "ddp_graph_no_mixing": Variant(2, "graph", env={"NCCL_GRAPH_MIXING_SUPPORT": "0"}),
 }
 DDP = {"launcher": "torchrun", "nproc_per_node": 2}
 
