@@ -3,8 +3,8 @@ gathered and augmented there, many images per kernel.
 
 The course's path (`loader: torch`) augments one image at a time in DataLoader workers and
 copies every batch to the GPU; at batch 32 that costs more than the training step itself. Here
-an epoch is one index tensor: the order is drawn by the same `DistributedSampler` the course
-path uses (so each rank sees exactly the samples it would see there, in the same order), and
+an epoch is one index tensor: the order is the one the course path's `DistributedSampler`
+draws (so each rank sees exactly the samples it would see there, in the same order), and
 the epoch's images are gathered from the resident uint8 set and augmented a few thousand at a
 time, each image with its own random parameters. A step then only slices its batch. Nothing here
 waits for the device, so the host can queue steps ahead of the GPU.
@@ -112,9 +112,9 @@ def _grey(x: torch.Tensor) -> torch.Tensor:
 
 def sampler_order(sampler: DistributedSampler) -> torch.Tensor:
     """`list(sampler)` as a tensor: the same indices in the same order (DistributedSampler's
-    seeded shuffle, padding and rank stride), built with tensor ops. The Python list of every
-    index took ~10 ms per epoch (2-core host): with 49 steps of batch 512 on 2 GPUs, that idled
-    each GPU for as long as 7 steps (2× H100, profiler trace)."""
+    seeded shuffle, padding and rank stride), built with tensor ops. Building the Python list
+    of every index took 13 ms of each epoch, with both GPUs idle meanwhile: as long as six
+    steps of batch 512 (2× H100, profiler trace). tests/test_device_data.py compares the two."""
     n = len(sampler.dataset)  # type: ignore[arg-type]
     if sampler.shuffle:
         generator = torch.Generator()
