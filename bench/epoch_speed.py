@@ -209,7 +209,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--n-train", type=int, default=50_000)
     parser.add_argument("--n-test", type=int, default=10_000)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32, help="the small batch (course: 32)")
     parser.add_argument("--batch-large", type=int, default=128)
     parser.add_argument("--accuracy-data", type=Path, help="folder with Fashion-MNIST IDX files")
