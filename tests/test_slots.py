@@ -98,6 +98,14 @@ def test_apply_narrows_the_process_and_its_children():
     assert out.stdout.split() == ["True", "True"]
 
 
+def test_visible_gpus_are_named_as_cuda_visible_devices_names_them(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert slots.visible_gpus(2) == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, GPU-5,7")
+    assert slots.visible_gpus(2) == ["3", "GPU-5"]
+    assert slots.visible_gpus(0) == []
+
+
 def test_more_gpus_than_the_host_shows_is_an_error():
     with pytest.raises(ValueError, match="asked for 3 GPU"), reserve(3, 1):
         pass

@@ -29,10 +29,6 @@ from .spec import RunSpec
 FORMAT_VERSION = 1
 
 
-def path_for(results_dir: Path, spec: RunSpec) -> Path:
-    return Path(results_dir) / "checkpoints" / spec.study / f"{spec.run}.pt"
-
-
 def spec_hash(spec: RunSpec) -> str:
     return hashlib.sha256(spec.to_json().encode()).hexdigest()
 

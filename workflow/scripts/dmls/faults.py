@@ -20,8 +20,10 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 ENV = "DMLS_FAULT"
 KINDS = ("raise", "exit", "kill", "nan")

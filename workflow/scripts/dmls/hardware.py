@@ -1,17 +1,28 @@
-"""What this host can run, and why a run that needs more must be skipped."""
+"""What this host can run, and why a run that needs more must be skipped.
+
+Importing this module is cheap: torch (3-4 s to import) is imported only by the functions that
+ask it something, so the supervisor of a run can use the cached answers (`host_facts`) without
+ever importing it.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
+import shlex
 import shutil
 import socket
 import subprocess
-from dataclasses import dataclass, field
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
-import torch
-
+from .io import read_json, write_json
 from .spec import RunSpec
 
 FP8_MIN_CAPABILITY = (8, 9)  # Ada / Hopper: the first GPUs with fp8 tensor cores
@@ -29,6 +40,9 @@ class Host:
 
     @classmethod
     def probe(cls) -> Host:
+        """This process's host, asked of torch (which initialises CUDA)."""
+        import torch
+
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         return cls(
             hostname=socket.gethostname(),
@@ -43,6 +57,21 @@ class Host:
     @property
     def gpu_count(self) -> int:
         return len(self.cuda_devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Host:
+        """The inverse of `to_dict`, also of its JSON (whose lists were tuples)."""
+        return cls(
+            hostname=data["hostname"],
+            cpu_count=data["cpu_count"],
+            cuda_devices=tuple(data["cuda_devices"]),
+            cuda_capabilities=tuple((int(a), int(b)) for a, b in data["cuda_capabilities"]),
+            nccl_available=data["nccl_available"],
+            fp8_backends=tuple(data["fp8_backends"]),
+        )
 
 
 def resolved_device(spec: RunSpec, host: Host) -> str:
@@ -96,6 +125,7 @@ def missing_requirement(spec: RunSpec, host: Host, *, nodes_here: int) -> str | 
 def describe() -> dict:
     """Host and software facts recorded with every run."""
     import accelerate
+    import torch
 
     cuda = torch.version.cuda if torch.cuda.is_available() else None
     count = torch.cuda.device_count() if cuda else 0
@@ -143,3 +173,82 @@ def _nvidia_driver() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.splitlines()[0].strip() if out.strip() else None
+
+
+# Bump when Host or describe() change what they hold: older cache files then go unused.
+CACHE_VERSION = 1
+# Packages whose versions the probe's answers depend on (fp8_backends, describe()).
+PROBED_PACKAGES = ("torch", "accelerate", *FP8_BACKENDS)
+
+
+def host_facts(cache_dir: Path) -> tuple[Host, dict[str, Any]]:
+    """`Host.probe()` and `describe()`, asked once per boot, interpreter and GPU set of a host
+    and then read from `<cache_dir>/<hostname>-<key>.json`.
+
+    Why: asking them in-process costs every run's supervisor ~6 s on a 2×H200 host (import
+    torch 3.4 s, CUDA initialisation, accelerate for describe()), paid by each of ~50 runs, and
+    serially by runs that need both GPUs. The first run on a host asks a child process
+    (`python -m dmls.hardware`), so this process never imports torch; the later ones read the
+    file.
+
+    The key is a hash of the hostname, the boot id, CUDA_VISIBLE_DEVICES, the interpreter and
+    the versions of torch, accelerate and the fp8 backends: a reboot, another GPU set, another
+    environment or a pip install probes afresh. Nothing else does: a driver reloaded or MIG
+    reconfigured without a reboot leaves stale answers (delete the folder), and a GPU that dies
+    after the probe makes the ranks fail with their own error, as it would have anyway."""
+    path = Path(cache_dir) / f"{socket.gethostname()}-{_cache_key()}.json"
+    if path.exists():
+        facts = read_json(path)
+    else:
+        facts = _probe_in_child()
+        write_json(path, facts)  # atomic: a concurrent first run writes the same answers
+    return Host.from_dict(facts["host"]), facts["software"]
+
+
+def _cache_key() -> str:
+    facts = {
+        "version": CACHE_VERSION,
+        "hostname": socket.gethostname(),
+        "boot_id": _read_text("/proc/sys/kernel/random/boot_id"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "python": sys.executable,
+        "packages": {name: _version(name) for name in PROBED_PACKAGES},
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _probe_in_child() -> dict[str, Any]:
+    """What `python -m dmls.hardware` prints, run with this process's environment."""
+    scripts = str(Path(__file__).resolve().parents[1])
+    pythonpath = os.pathsep.join(p for p in (scripts, os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "dmls.hardware"]
+    done = subprocess.run(
+        command, env=os.environ | {"PYTHONPATH": pythonpath}, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-20:])
+        raise RuntimeError(
+            f"probing the host failed: `{shlex.join(command)}` exited with code "
+            f"{done.returncode}:\n{tail}"
+        )
+    # The JSON is the last line: anything a library printed on import comes before it.
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    print(json.dumps({"host": Host.probe().to_dict(), "software": describe()}))

@@ -35,12 +35,10 @@ def slots_dir() -> Path:
     return Path(os.environ.get(SLOTS_DIR_ENV, default))
 
 
-def visible_gpus() -> list[str]:
-    """This process's GPUs as CUDA_VISIBLE_DEVICES names them (indices, or UUIDs), without
-    initialising CUDA (device_count asks NVML), so CUDA_VISIBLE_DEVICES can still be narrowed."""
-    import torch
-
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+def visible_gpus(count: int) -> list[str]:
+    """The names CUDA_VISIBLE_DEVICES gives (indices, or UUIDs) to the `count` GPUs this process
+    sees (`Host.gpu_count`, or torch.cuda.device_count(), which asks NVML without initialising
+    CUDA, so CUDA_VISIBLE_DEVICES can still be narrowed)."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is None:
         return [str(i) for i in range(count)]
@@ -95,15 +93,15 @@ def reserve(
     gpus: int,
     cores: int,
     *,
-    gpu_names: Sequence[str] | None = None,
+    gpu_names: Sequence[str],
     core_ids: Sequence[int] | None = None,
     on_wait: Callable[[str], None] = print,
     poll_s: float = POLL_S,
 ) -> Iterator[Reservation]:
-    """Hold `gpus` of `gpu_names` (default: the visible GPUs) and `cores` of `core_ids`
-    (default: this process's CPU affinity) until the block ends; wait while other jobs hold
-    them, telling `on_wait` once what it waits for."""
-    gpu_names = list(visible_gpus() if gpu_names is None else gpu_names)
+    """Hold `gpus` of `gpu_names` (`visible_gpus(...)`) and `cores` of `core_ids` (default:
+    this process's CPU affinity) until the block ends; wait while other jobs hold them, telling
+    `on_wait` once what it waits for."""
+    gpu_names = list(gpu_names)
     core_ids = sorted(os.sched_getaffinity(0) if core_ids is None else core_ids)
     if gpus > len(gpu_names):
         raise ValueError(f"asked for {gpus} GPU(s), this host shows {len(gpu_names)}")

@@ -114,6 +114,11 @@ class RunSpec:
         """Samples per optimizer step, over all replicas and accumulation micro-steps."""
         return self.batch_size * self.replicas * self.grad_accum_steps
 
+    def checkpoint_path(self, results_dir: Path | str) -> Path:
+        """Where this run's resume checkpoint lives (dmls/checkpoint.py): outside the rule's
+        outputs, so Snakemake never deletes it with an incomplete run."""
+        return Path(results_dir) / "checkpoints" / self.study / f"{self.run}.pt"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from . import conv_benchmark, floats, memory, profiling, reliability, slots
 from .hardware import Host, describe
 from .io import read_json, write_json
@@ -120,9 +122,14 @@ def main_from_snakemake(snakemake: Any) -> None:
             with contextlib.ExitStack() as held:
                 if timed:
                     # Timed like a training run: its own cores and GPU (dmls/slots.py), held
-                    # until the study ends; set before this process initialises CUDA.
-                    gpus = min(1, len(slots.visible_gpus()))
-                    reserving = slots.reserve(gpus, snakemake.threads, on_wait=logging.info)
+                    # until the study ends; set before this process initialises CUDA. The GPUs
+                    # are counted by device_count, which asks NVML: after is_available() (which
+                    # initialises the driver) a narrower CUDA_VISIBLE_DEVICES is ignored.
+                    gpu_names = slots.visible_gpus(torch.cuda.device_count())
+                    reserving = slots.reserve(
+                        min(1, len(gpu_names)), snakemake.threads, gpu_names=gpu_names,
+                        on_wait=logging.info,
+                    )  # fmt: skip
                     reservation = held.enter_context(reserving)
                     reservation.apply()
                     logging.info("reserved %s", reservation.to_dict())

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from . import checkpoint, launch, slots
 from . import data as datasets
+from . import launch, slots
 from .cluster import SlurmError, SlurmJob
 from .faults import ENV as FAULT_ENV
 from .faults import Fault
-from .hardware import Host, describe, gpus_needed, missing_requirement, resolved_device
+from .hardware import Host, describe, gpus_needed, host_facts, missing_requirement, resolved_device
 from .io import read_json, write_json
 from .spec import RunSpec
 
@@ -72,9 +72,11 @@ def run(
     threads: int,
     strict: bool = False,
     isolation: str = "host",
+    host_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Run `spec`, resuming from `checkpoint_path` when it holds this spec's last finished
-    epoch; write `<run_dir>/metrics.json` and return its content."""
+    epoch; write `<run_dir>/metrics.json` and return its content. The host is probed once per
+    boot into `host_cache` (dmls/hardware.py `host_facts`), or in this process when None."""
     fault = Fault.from_env()  # a mistyped drill stops here, before anything starts
     run_dir.mkdir(parents=True, exist_ok=True)
     # Files a previous attempt may have left; Snakemake only removes the declared output.
@@ -82,7 +84,9 @@ def run(
         (run_dir / name).unlink(missing_ok=True)
     for error_file in run_dir.glob("error-rank*.json"):
         error_file.unlink()
-    host = Host.probe()
+    host, software = (
+        host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
+    )
     record: dict[str, Any] = {
         "metrics_version": METRICS_VERSION,
         "study": spec.study,
@@ -95,7 +99,7 @@ def run(
             "device": resolved_device(spec, host),
             "nodes_emulated": spec.nodes > 1,
         },
-        "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **describe()},
+        "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **software},
         "slurm": None,
         "started_at": _now(),
     }
@@ -127,6 +131,7 @@ def run(
                 slots.reserve(
                     gpus_needed(spec, host, nodes_here),
                     threads,
+                    gpu_names=slots.visible_gpus(host.gpu_count),
                     on_wait=lambda line: print(line, file=log, flush=True),
                 )
             )
@@ -311,6 +316,7 @@ def main_from_snakemake(snakemake: Any) -> None:
     launch.die_with_parent(signal.SIGTERM)
     spec = RunSpec.from_json(snakemake.params.spec)
     run_dir = Path(snakemake.output.metrics).parent
+    results_dir = Path(snakemake.config["results_dir"])
     with open(snakemake.log[0], "w") as log:
         sys.stderr = log
         run(
@@ -318,9 +324,10 @@ def main_from_snakemake(snakemake: Any) -> None:
             run_dir=run_dir,
             data_dir=Path(snakemake.input.manifest).parent,
             # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
-            checkpoint_path=checkpoint.path_for(snakemake.config["results_dir"], spec),
+            checkpoint_path=spec.checkpoint_path(results_dir),
             log=log,
             threads=snakemake.threads,
             strict=snakemake.config["strict"],
             isolation=snakemake.config["isolation"],
+            host_cache=results_dir / "hosts",
         )
