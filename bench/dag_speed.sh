@@ -3,7 +3,9 @@
 # CIFAR-10 can't be fetched on the lent GPU machines, so the A studies train on a SYNTHETIC
 # CIFAR-shaped set of the same size (50,000 + 10,000 images) and study C on Fashion-MNIST from
 # .gpudata/; every other setting is config/config.yaml's. No internet needed:
-#   bash bench/dag_speed.sh [OUT_DIR] [SECONDS]     (default: $OUT, else results/dag; 3000 s)
+#   bash bench/dag_speed.sh [OUT_DIR] [SECONDS] [TARGET...]
+#     (default: $OUT, else results/dag; 3000 s; every job. A TARGET is a path under the
+#     results folder, e.g. runs/parallelism/ddp_2gpu/metrics.json: only the jobs it needs)
 #   ISOLATION=devices bash bench/dag_speed.sh ...     (jobs side by side; default: host)
 # Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
 # of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv and report.html.
@@ -12,6 +14,8 @@ cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/dag}}")
 limit=${2:-3000}
 results=results/dag-gpu  # kept on a warm machine: a second call resumes the DAG
+targets=("${@:3}")
+targets=("${targets[@]/#/$results/}")
 mkdir -p "$out"
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/dmls-torch-extensions}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -25,7 +29,8 @@ data:
   fashion_mnist: {debian_dir: .gpudata, download: false}
 YAML
 start=$SECONDS
-timeout "$limit" python3 -m snakemake --cores all --resources gpu="$gpus" \
+# Targets first: --configfile takes every word after it.
+timeout "$limit" python3 -m snakemake "${targets[@]}" --cores all --resources gpu="$gpus" \
   --configfile /tmp/dmls-dag.yaml >"$out/snakemake.log" 2>&1
 status=$?
 wall=$((SECONDS - start))

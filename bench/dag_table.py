@@ -2,11 +2,13 @@
 
     python bench/dag_table.py RESULTS_DIR [--wall SECONDS] [--json FILE]
 
-For each run: its status, how its step ran, the GPUs and cores it held, and its seconds as the
-supervisor timed them, split into the launcher's share (torchrun's agent, rendezvous, spawning
-and reaping the ranks), rank 0's imports, setup (process group, data, model), training,
-evaluation, checkpoints and teardown (gathering results, saving the model, leaving the group).
-Then the totals: the jobs' sum against the DAG's wall time says how much ran side by side.
+For each run: its status, how its step ran, the GPUs and cores it held, the whole job's seconds
+(Snakemake's benchmark: the supervisor's start and end included) and the launcher's seconds as
+the supervisor timed them, split into the launcher's share (torchrun's agent, rendezvous,
+spawning and reaping the ranks), rank 0's imports, setup (pg_s of it: joining the process
+group, NCCL's init included; then data, model, optimizer), training, evaluation, checkpoints and
+teardown (gathering results, saving the model, leaving the group). Then the totals: the jobs'
+sum against the DAG's wall time says how much ran side by side.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def run_rows(results: Path) -> list[dict]:
         seconds = launch.get("seconds")
         inside = (timing.get("import_s") or 0) + (timing.get("wall_time_s") or 0)
         reserved = m.get("reserved") or {}
+        benchmark = results / "benchmarks/train" / m["study"] / f"{m['run']}.tsv"
+        job = pd.read_csv(benchmark, sep="\t")["s"].iloc[0] if benchmark.exists() else None
         rows.append(
             {
                 "job": f"{m['study']}/{m['run']}",
@@ -35,12 +39,16 @@ def run_rows(results: Path) -> list[dict]:
                 "gpus": len(reserved.get("gpus", [])),
                 "cores": len(reserved.get("cores", [])),
                 "waited_s": reserved.get("waited_s"),
+                # The whole job (Snakemake's benchmark) and the part from starting the launcher
+                # to its exit; the difference is the supervisor's (imports, probing the host).
+                "job_s": job,
                 "seconds": seconds,
                 # The launcher's own share: starting (torchrun's agent, rendezvous, spawning
                 # the ranks) and ending, around what rank 0 timed itself.
                 "launcher_s": seconds - inside if seconds and inside else None,
                 "import_s": timing.get("import_s"),
                 "setup_s": timing.get("setup_s"),
+                "pg_s": timing.get("process_group_s"),
                 "train_s": timing.get("train_time_s"),
                 "eval_s": timing.get("eval_time_s"),
                 "ckpt_s": timing.get("checkpoint_time_s"),
@@ -69,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.DataFrame(rows).sort_values("seconds", ascending=False, na_position="last")
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    total = table["seconds"].sum()
-    two_gpu = table.loc[table.get("gpus", 0) >= 2, "seconds"].sum() if "gpus" in table else 0
+    # A job's own time where Snakemake's benchmark has it (runs), else the study's.
+    seconds = table["job_s"].fillna(table["seconds"]) if "job_s" in table else table["seconds"]
+    total = seconds.sum()
+    two_gpu = seconds[table["gpus"] >= 2].sum() if "gpus" in table else 0
     print(
         f"\n{len(table)} jobs; their seconds add up to {total:.0f} s; runs holding 2+ GPUs "
         f"(one at a time on a 2-GPU host) {two_gpu:.0f} s"

@@ -6,6 +6,10 @@ rule train:
         metrics=f"{RESULTS}/runs/{{study}}/{{run}}/metrics.json",
     log:
         f"{RESULTS}/runs/{{study}}/{{run}}/train.log",
+    # The job's whole wall time, Snakemake's own start of the script included (the run's
+    # metrics time the launcher and the ranks); bench/dag_table.py reads both.
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{study}}/{{run}}.tsv"
     conda:
         "../envs/pipeline.yaml"
     # Runs are timed and compared: locally each takes every core Snakemake may use, so no two

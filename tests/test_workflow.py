@@ -147,6 +147,19 @@ def test_the_test_config_runs_end_to_end(dag):
     assert (run_dir / "history.csv").exists() and (run_dir / "model.pt").exists()
     assert "epoch 2/2" in (run_dir / "train.log").read_text()
     assert_special_studies(results / "studies")
+    # Where each job's seconds went (bench/dag_table.py): the whole job, as Snakemake's
+    # benchmark timed it, holds the launcher's part, which holds rank 0's own phases.
+    table = subprocess.run(
+        [sys.executable, "bench/dag_table.py", str(results), "--json", str(results / "t.json")],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    jobs = pd.read_json(results / "t.json").set_index("job")
+    ran = jobs[jobs["status"] == "ok"].dropna(subset=["seconds"])
+    assert len(ran) == len(ok)
+    assert (ran["job_s"] >= ran["seconds"]).all()
+    assert (ran["seconds"] >= ran["import_s"] + ran["setup_s"] + ran["train_s"]).all()
+    assert (ran["setup_s"] >= ran["pg_s"]).all() and (ran["pg_s"] > 0).all()
 
 
 @pytest.mark.e2e

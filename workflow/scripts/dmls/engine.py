@@ -743,6 +743,7 @@ def train(
     (other ranks None)."""
     wall_start = time.perf_counter()
     env = start_processes(spec)
+    joined = time.perf_counter()
     torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
     trainer = Trainer(spec, env, data_dir)
     fit_start = time.perf_counter()
@@ -780,6 +781,7 @@ def train(
             # the wall time are set below). train.py adds the imports before all of it.
             "timing": {
                 "setup_s": fit_start - wall_start,
+                "process_group_s": joined - wall_start,  # of setup: joining (NCCL's init)
                 "train_time_s": train_time,
                 "eval_time_s": sum(h["eval_time_s"] for h in history),
                 "checkpoint_time_s": outcome["checkpoint_time_s"],
