@@ -127,14 +127,17 @@ def test_a_cpu_run_says_why_its_step_is_not_a_cuda_graph():
     )
     dp = make_spec(launcher="dp", nproc_per_node=2, grad_accum_steps=2)
     assert eager_reason(dp, torch.device("cuda", 0), fault_drill=True) == (
-        "DataParallel copies the model to its GPUs from Python in every step; gradient "
-        "accumulation alternates no-sync and sync micro-steps; a DMLS_FAULT drill changes the "
-        "step from Python"
+        "DataParallel copies the model to its GPUs from Python in every step; a DMLS_FAULT "
+        "drill changes the step from Python"
     )
     gloo = make_spec(launcher="torchrun", nproc_per_node=2, backend="gloo")
     assert eager_reason(gloo, torch.device("cuda", 0), False).startswith("gloo all-reduces")
     nccl = make_spec(launcher="torchrun", nproc_per_node=2, backend="nccl")
     assert eager_reason(nccl, torch.device("cuda", 0), False) is None
+    accumulated = make_spec(
+        launcher="torchrun", nproc_per_node=2, backend="nccl", grad_accum_steps=4
+    )
+    assert eager_reason(accumulated, torch.device("cuda", 0), False) is None
     assert eager_reason(make_spec(step="eager"), torch.device("cuda", 0), False) == "step: eager"
     assert eager_reason(make_spec(), torch.device("cuda", 0), False) is None
 

@@ -107,3 +107,37 @@ def test_ddp_with_a_captured_step_learns_what_eager_ddp_learns(tmp_path, images_
     assert fast["final"]["test_accuracy"] == pytest.approx(
         eager["final"]["test_accuracy"], abs=0.05
     )
+
+
+def test_gradient_accumulation_is_captured_as_a_no_sync_and_a_sync_graph(tmp_path, images_dir):
+    eager = train(tmp_path, images_dir, "eager", step="eager", grad_accum_steps=2)
+    fast = train(tmp_path, images_dir, "graph", step="graph", grad_accum_steps=2)
+    record = fast["step"]
+    assert record["mode"] == "cuda_graph" and record["graphs"] == 2
+    # 32 micro-batches an epoch (the last ragged, eager), 16 optimizer steps: 3 of them (6
+    # micro-steps) warm up, then the no-sync and the sync micro-step are each captured.
+    assert record["eager_steps"] == 2 * 3 + 3 and record["replayed_steps"] == 3 * 32 - 9
+    for e, f in zip(eager["history"], fast["history"], strict=True):
+        assert f["train_loss"] == pytest.approx(e["train_loss"], rel=0.05)
+    assert fast["final"]["test_accuracy"] == pytest.approx(
+        eager["final"]["test_accuracy"], abs=0.05
+    )
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_ddp_gradient_accumulation_replays_graphs_and_learns_what_eager_ddp_learns(
+    tmp_path, images_dir
+):
+    eager = train_ddp(tmp_path, images_dir, "eager", step="eager", grad_accum_steps=4)
+    fast = train_ddp(tmp_path, images_dir, "graph", step="graph", grad_accum_steps=4)
+    record = fast["step"]
+    assert record["mode"] == "cuda_graph" and record["graphs"] == 2
+    # 32 micro-batches per rank an epoch (8 groups of 4, the last batch ragged): 11 optimizer
+    # steps (44 micro-steps, into epoch 2) warm up DDP before the captures; then the ragged
+    # batches of epochs 2 and 3 run eagerly.
+    assert record["eager_steps"] == 4 * 11 + 2 and record["replayed_steps"] == 3 * 32 - 46
+    for e, f in zip(eager["history"], fast["history"], strict=True):
+        assert f["train_loss"] == pytest.approx(e["train_loss"], rel=0.05)
+    assert fast["final"]["test_accuracy"] == pytest.approx(
+        eager["final"]["test_accuracy"], abs=0.05
+    )

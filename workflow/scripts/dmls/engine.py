@@ -418,7 +418,12 @@ class Trainer:
         self.captured = None
         if self.stream is not None:
             self.captured = CapturedStep(
-                self._micro_step, self._zero_grads_in_place, 11 if ddp else 3, self.stream
+                self._captured_micro_step,
+                self._zero_grads_in_place,
+                11 if ddp else 3,
+                self.stream,
+                batch_size=spec.batch_size,
+                accumulate=spec.grad_accum_steps > 1,
             )
             torch.cuda.synchronize(env.device)  # the side stream starts after the setup copies
 
@@ -466,8 +471,10 @@ class Trainer:
             self.scaler.step(self.optimizer)  # a plain step when the scaler is disabled
             self.scaler.update()
         if not (self.captured and self.captured.graph):
-            # (A replayed step writes every gradient: nothing to zero once the step is captured.)
             self.optimizer.zero_grad(set_to_none=True)
+        elif self.captured.accumulate:
+            self._zero_grads_in_place()  # the captured micro-steps add into these tensors
+        # (Else a replayed step writes every gradient: nothing to zero.)
         if self.scheduler is not None:
             self.scheduler.step()
 
@@ -483,7 +490,17 @@ class Trainer:
         )
 
     def _zero_grads_in_place(self) -> None:
+        """Zero every gradient, allocating the missing ones: a captured step keeps reading and
+        writing these very tensors."""
+        for p in self.model.parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
         self.optimizer.zero_grad(set_to_none=False)
+
+    def _captured_micro_step(self, x: torch.Tensor, y: torch.Tensor, sync: bool) -> None:
+        """A micro-step of a full group of `grad_accum_steps` (the step CapturedStep captures)."""
+        with self._no_sync(skip_sync=not sync):
+            self._micro_step(x, y, self.spec.grad_accum_steps)
 
     def _step_stream(self):
         return torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext()
@@ -534,9 +551,9 @@ class Trainer:
         for step, (x, y) in enumerate(self._progress(self.train_loader, epoch)):
             x, y = self._to_device(x, y)
             last_micro = (step + 1) % k == 0 or step + 1 == n
-            if self.captured is not None:  # k == 1 here: every step is a last micro-step
-                self.captured(x, y)
-            else:
+            if self.captured is not None and step < tail_start:
+                self.captured(x, y, sync=last_micro)
+            else:  # (and a last group of fewer than k micro-batches: its divisor differs)
                 with self._no_sync(skip_sync=not last_micro):
                     divisor = k if step < tail_start else n - tail_start
                     self._micro_step(x, y, divisor, fault if step == n // 2 else None)
