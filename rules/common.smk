@@ -102,7 +102,8 @@ def run_resource(name):
 
 def local_threads(processes):
     """Cores of a timed job (config `isolation`): every core Snakemake may use (`host`:
-    nothing runs beside it), `cluster.cpus_per_process` per process at most `--cores`
+    nothing runs beside it), `cluster.cpus_per_process` per process (RunSpec.cpu_shares) at
+    most `--cores`
     (`devices`: it reserves them and its GPUs, dmls/slots.py), or one (`none`). A cluster job
     asks for `cluster.cpus_per_process` per process."""
     isolation, per_process = config["isolation"], config["cluster"]["cpus_per_process"]
@@ -127,7 +128,7 @@ def run_threads(wildcards):
     spec = run_spec(wildcards)
     if on_cluster():
         return job_resources(spec, config["cluster"]).cpus_per_task
-    return local_threads(spec.processes)
+    return local_threads(spec.cpu_shares)
 
 
 def check_slurm_status_checks():

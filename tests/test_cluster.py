@@ -32,7 +32,8 @@ def test_a_single_node_run_is_an_ordinary_job():
 
 def test_gpus_are_asked_per_node_on_a_cluster_and_in_total_locally():
     dp = job_resources(make_spec(launcher="dp", nproc_per_node=2, device="cuda"), CLUSTER)
-    assert dp.gpus_per_node == 2 and dp.cpus_per_task == 3  # DataParallel: one process
+    # DataParallel: one process, with the cores of one per GPU it drives (as DDP's two ranks)
+    assert dp.gpus_per_node == 2 and dp.cpus_per_task == 6 and dp.mem_mb == 2000
     on_slurm = dp.rule_resources(on_cluster=True)
     assert on_slurm["gres"] == "gpu:2" and on_slurm["gpu"] is None
     assert on_slurm["tasks_per_gpu"] is None

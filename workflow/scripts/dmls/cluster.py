@@ -69,7 +69,7 @@ def job_resources(spec: RunSpec, cluster: Mapping[str, int], attempt: int = 1) -
     return JobResources(
         nodes=spec.nodes,
         tasks=spec.nodes,
-        cpus_per_task=processes_per_node * cluster["cpus_per_process"],
+        cpus_per_task=spec.cpu_shares // spec.nodes * cluster["cpus_per_process"],
         gpus_per_node=spec.requested_gpus // spec.nodes,
         mem_mb=processes_per_node * cluster["mem_mb_per_process"] * attempt,
         runtime_min=cluster["runtime_minutes"] * attempt,

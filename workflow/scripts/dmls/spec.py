@@ -99,6 +99,13 @@ class RunSpec:
         return self.replicas if self.launcher in ("torchrun", "accelerate") else 1
 
     @property
+    def cpu_shares(self) -> int:
+        """Processes' worth of CPU cores the run gets (`cluster.cpus_per_process` each): one per
+        process, and for DataParallel one per GPU its one process drives, so that A1 compares
+        launchers with the same cores per GPU (README, "The whole DAG on one GPU machine")."""
+        return self.replicas if self.launcher == "dp" else self.processes
+
+    @property
     def replicas(self) -> int:
         """Data-parallel model replicas: the world size (DataParallel: GPUs of its one process)."""
         return self.nodes * self.nproc_per_node
