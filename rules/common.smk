@@ -101,11 +101,11 @@ def run_resource(name):
 
 
 def local_threads(processes):
-    """Cores of a timed job (config `isolation`): every core Snakemake may use (`host`:
-    nothing runs beside it), `cluster.cpus_per_process` per process (RunSpec.cpu_shares) at
-    most `--cores`
-    (`devices`: it reserves them and its GPUs, dmls/slots.py), or one (`none`). A cluster job
-    asks for `cluster.cpus_per_process` per process."""
+    """Cores of a timed job (config `isolation`) with `processes` processes' worth of cores
+    (RunSpec.cpu_shares): every core Snakemake may use (`host`: nothing runs beside it),
+    `cluster.cpus_per_process` per process at most `--cores` (`devices`: it reserves them and
+    its GPUs, dmls/slots.py), or one (`none`). A cluster job asks for
+    `cluster.cpus_per_process` per process."""
     isolation, per_process = config["isolation"], config["cluster"]["cpus_per_process"]
     if on_cluster():
         return processes * per_process

@@ -81,11 +81,6 @@ class CapturedStep:
         self.eager_steps = 0
         self.replays = 0
 
-    @property
-    def graph(self) -> bool:
-        """Whether a graph has been captured (the gradients then live on: see the engine)."""
-        return bool(self.graphs)
-
     def __call__(self, x: torch.Tensor, y: torch.Tensor, sync: bool = True) -> None:
         graph = self.graphs.get(sync)
         if graph is not None and x.shape == self.x.shape:

@@ -418,7 +418,7 @@ class Trainer:
         self.captured = None
         if self.stream is not None:
             self.captured = CapturedStep(
-                self._captured_micro_step,
+                self._group_micro_step,
                 self._zero_grads_in_place,
                 11 if ddp else 3,
                 self.stream,
@@ -470,7 +470,7 @@ class Trainer:
         else:
             self.scaler.step(self.optimizer)  # a plain step when the scaler is disabled
             self.scaler.update()
-        if not (self.captured and self.captured.graph):
+        if not (self.captured and self.captured.graphs):  # (captured: the gradients live on)
             self.optimizer.zero_grad(set_to_none=True)
         elif self.captured.accumulate:
             self._zero_grads_in_place()  # the captured micro-steps add into these tensors
@@ -497,10 +497,19 @@ class Trainer:
                 p.grad = torch.zeros_like(p)
         self.optimizer.zero_grad(set_to_none=False)
 
-    def _captured_micro_step(self, x: torch.Tensor, y: torch.Tensor, sync: bool) -> None:
-        """A micro-step of a full group of `grad_accum_steps` (the step CapturedStep captures)."""
+    def _group_micro_step(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        sync: bool,
+        divisor: int | None = None,
+        fault: Fault | None = None,
+    ) -> None:
+        """One micro-step of an accumulation group, all-reducing (DDP) only when `sync`; the
+        loss is divided by the group's size (default `grad_accum_steps`: a full group, the one
+        CapturedStep captures)."""
         with self._no_sync(skip_sync=not sync):
-            self._micro_step(x, y, self.spec.grad_accum_steps)
+            self._micro_step(x, y, divisor or self.spec.grad_accum_steps, fault)
 
     def _step_stream(self):
         return torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext()
@@ -554,9 +563,8 @@ class Trainer:
             if self.captured is not None and step < tail_start:
                 self.captured(x, y, sync=last_micro)
             else:  # (and a last group of fewer than k micro-batches: its divisor differs)
-                with self._no_sync(skip_sync=not last_micro):
-                    divisor = k if step < tail_start else n - tail_start
-                    self._micro_step(x, y, divisor, fault if step == n // 2 else None)
+                divisor = k if step < tail_start else n - tail_start
+                self._group_micro_step(x, y, last_micro, divisor, fault if step == n // 2 else None)
             if last_micro:
                 self._optimizer_step()
         loss_sum, correct, count = self.env.all_reduce_sum(self.sums).tolist()
