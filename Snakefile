@@ -1,6 +1,6 @@
 # Rebuilds every experiment of the Distributed ML Systems course from one DAG.
 # config key -> rule -> script: studies live in config/config.yaml, runs are expanded in
-# rules/common.smk, and every run is the same engine (workflow/scripts/dmls/engine.py).
+# rules/common.smk, and every run is the same engine (workflow/scripts/dmls/training/trainer.py).
 
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ from snakemake.utils import min_version, validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from dmls.spec import check_config
+from dmls.config.spec import check_config
 
 min_version("9.0")
 

@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 from epoch_speed import a1_spec  # noqa: E402
 
-from dmls import data, engine  # noqa: E402
-from dmls.spec import RunSpec, deep_merge  # noqa: E402
+from dmls.config.spec import RunSpec, deep_merge  # noqa: E402
+from dmls.data import datasets  # noqa: E402
+from dmls.training.trainer import Trainer, start_processes  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,8 @@ def worker(rank: int, world: int, port: int, args: dict[str, Any]) -> None:
         patched.__init__ = functools.partialmethod(ddp.__init__, **args["ddp_kwargs"])
         torch.nn.parallel.DistributedDataParallel = patched
     spec = RunSpec.from_json(args["spec"])
-    env = engine.start_processes(spec)
-    trainer = engine.Trainer(spec, env, Path(args["data_dir"]))
+    env = start_processes(spec)
+    trainer = Trainer(spec, env, Path(args["data_dir"]))
     epochs = []
     for epoch in range(spec.epochs - 1):  # the last epoch is profiled
         trainer._sync()
@@ -215,7 +216,9 @@ def main() -> None:
         work = Path(tmp)
         traces = args.traces or work
         traces.mkdir(parents=True, exist_ok=True)
-        data.prepare("synthetic_cifar", {"n_train": args.n_train, "n_test": 1000, "seed": 0}, work)
+        datasets.prepare(
+            "synthetic_cifar", {"n_train": args.n_train, "n_test": 1000, "seed": 0}, work
+        )
         rows = [run_variant(name, base, work, traces) for name in args.variants]
     where = f"{gpus}× {torch.cuda.get_device_name(0)}" if gpus else "CPU"
     host = f"{socket.gethostname()}: {where}, torch {torch.__version__}"

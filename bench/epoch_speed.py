@@ -4,7 +4,7 @@
     python3 bench/epoch_speed.py --accuracy-data DIR [--out ...]      # + Fashion-MNIST accuracy
     python3 bench/epoch_speed.py --device cpu --n-train 512 --epochs 1  # the CPU path (CI)
 
-Every row is one training of the pipeline's own engine (dmls.engine.train, the code the DAG
+Every row is one training of the pipeline's own engine (dmls.training.trainer.train, the DAG's
 runs), with the A1 settings of config/config.yaml (3-conv CNN, AdamW + OneCycle, random crop
 and flip) on a synthetic CIFAR-shaped set (uint8 3×32×32, 50,000 training images: CIFAR-10
 itself can't be fetched everywhere, and speed doesn't depend on the pixels). Single-GPU rows
@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from dmls import data, engine  # noqa: E402
-from dmls.spec import RunSpec, deep_merge, resolve_runs  # noqa: E402
+from dmls.config.spec import RunSpec, deep_merge, resolve_runs  # noqa: E402
+from dmls.data import datasets  # noqa: E402
+from dmls.training import trainer  # noqa: E402
 
 COURSE = {"loader": "torch", "step": "eager"}  # DataLoader + per-image transforms, eager steps
 
@@ -82,7 +83,7 @@ def plan(device: str, gpus: int, batch_small: int, batch_large: int) -> list[dic
 def train_once(spec: RunSpec, data_dir: Path, work: Path) -> dict[str, Any]:
     run_dir = work / spec.run
     run_dir.mkdir(parents=True, exist_ok=True)
-    result = engine.train(spec, data_dir, run_dir / "model.pt", run_dir / "checkpoint.pt")
+    result = trainer.train(spec, data_dir, run_dir / "model.pt", run_dir / "checkpoint.pt")
     assert result is not None  # rank 0
     return result
 
@@ -95,7 +96,7 @@ def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str,
     spec = RunSpec.from_json(spec_json)
     run_dir = Path(out) / spec.run
     run_dir.mkdir(parents=True, exist_ok=True)
-    result = engine.train(spec, Path(data_dir), run_dir / "model.pt", run_dir / "checkpoint.pt")
+    result = trainer.train(spec, Path(data_dir), run_dir / "model.pt", run_dir / "checkpoint.pt")
     if result is not None:
         (run_dir / "result.json").write_text(json.dumps(result))
     # As workflow/scripts/train.py does: skip interpreter shutdown, where leftover
@@ -236,7 +237,7 @@ def main() -> None:
         base |= {"backend": "gloo", "model": {"conv_channels": [8, 16], "fc_hidden": 32}}
     with tempfile.TemporaryDirectory(prefix="dmls-bench-") as tmp:
         work = Path(tmp)
-        data.prepare(
+        datasets.prepare(
             "synthetic_cifar", {"n_train": args.n_train, "n_test": args.n_test, "seed": 0}, work
         )
         rows = [
@@ -256,7 +257,7 @@ def main() -> None:
         print_table(rows, claims, host)
         save(report, args.out)  # the speed table survives a slow accuracy check
         if args.accuracy_data:
-            data.prepare(
+            datasets.prepare(
                 "fashion_mnist", {"debian_dir": str(args.accuracy_data), "download": False}, work,
                 strict=True,
             )  # fmt: skip

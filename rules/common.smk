@@ -2,9 +2,9 @@
 
 from snakemake.exceptions import WorkflowError
 
-from dmls.cluster import job_resources, status_check_problem
+from dmls.supervisor.slurm import job_resources, status_check_problem
 from dmls.report.study import run_labels
-from dmls.spec import resolve_runs
+from dmls.config.spec import resolve_runs
 
 RESULTS = config["results_dir"]
 STUDIES_DIR = f"{RESULTS}/studies"
@@ -90,7 +90,7 @@ def on_cluster():
 
 
 def run_resource(name):
-    """One of the `train` rule's resources (dmls.cluster.job_resources sizes them all), as the
+    """One of the `train` rule's resources (dmls.supervisor.slurm.job_resources sizes them all), as the
     Slurm executor plugin names it."""
 
     def resource(wildcards, attempt):
@@ -104,7 +104,7 @@ def local_threads(processes):
     """Cores of a timed job (config `isolation`) with `processes` processes' worth of cores
     (RunSpec.cpu_shares): every core Snakemake may use (`host`: nothing runs beside it),
     `cluster.cpus_per_process` per process at most `--cores` (`devices`: it reserves them and
-    its GPUs, dmls/slots.py), or one (`none`). A cluster job asks for
+    its GPUs, dmls/supervisor/slots.py), or one (`none`). A cluster job asks for
     `cluster.cpus_per_process` per process."""
     isolation, per_process = config["isolation"], config["cluster"]["cpus_per_process"]
     if on_cluster():

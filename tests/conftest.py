@@ -6,7 +6,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
-from dmls.spec import RunSpec, deep_merge, load_schema, resolve_runs  # noqa: E402
+from dmls.config.spec import RunSpec, deep_merge, load_schema, resolve_runs  # noqa: E402
 
 SCHEMA = ROOT / "config" / "schemas" / "config.schema.yaml"
 # Runs per study in config/config.yaml (the .test and preset configs keep the same runs).
@@ -36,8 +36,8 @@ def make_spec(study: str = "t", run: str = "r", **overrides) -> RunSpec:
 @pytest.fixture(autouse=True, scope="session")
 def _private_slot_locks(tmp_path_factory):
     """Runs started by the tests reserve cores and GPUs in a lock folder of their own, never in
-    the one the user's real workflows share (dmls/slots.py)."""
-    from dmls import slots
+    the one the user's real workflows share (dmls/supervisor/slots.py)."""
+    from dmls.supervisor import slots
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(slots.SLOTS_DIR_ENV, str(tmp_path_factory.mktemp("slots")))
@@ -47,10 +47,10 @@ def _private_slot_locks(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tabular_dir(tmp_path_factory) -> Path:
     """A prepared synthetic tabular set (B's shape), shared by the engine tests."""
-    from dmls import data
+    from dmls.data import datasets
 
     out = tmp_path_factory.mktemp("data")
-    data.prepare(
+    datasets.prepare(
         "tabular", {"dir": None, "synthetic": {"n_train": 256, "n_test": 100, "seed": 0}}, out
     )
     return out

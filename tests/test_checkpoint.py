@@ -17,8 +17,9 @@ import yaml
 from snakemake.utils import update_config
 
 from conftest import ROOT, make_spec, validated
-from dmls import checkpoint, supervise
-from dmls.spec import resolve_runs
+from dmls.config.spec import resolve_runs
+from dmls.supervisor import supervise
+from dmls.training import checkpoint
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 # Two more runs of B1 (2-rank DDP on CPU, over config/config.yaml). Batch norm, Adam with
@@ -99,7 +100,7 @@ def test_kill_9_of_torchrun_mid_run_then_the_dag_again_equals_an_uninterrupted_r
     )
     dead_log = (results / "runs" / DEAD_RANK / "train.log").read_text()
     assert "[rank1]: Traceback (most recent call last):" in dead_log
-    assert "[rank1]: dmls.faults.InjectedFault: injected fault (DMLS_FAULT)" in dead_log
+    assert "[rank1]: dmls.training.faults.InjectedFault: injected fault (DMLS_FAULT)" in dead_log
 
     # 2. The same DAG again: the killed run resumes from its last finished epoch.
     dag = snakemake(config_file, results)

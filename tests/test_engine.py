@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import make_spec
-from dmls import launch, supervise
+from dmls.supervisor import launch, supervise
 
 B_MODEL = {"name": "mlp", "hidden": 16, "batch_norm": False}  # no BN: DDP ≡ one big batch
 
@@ -155,10 +155,10 @@ def test_absurd_learning_rate_diverges(tmp_path, tabular_dir):
 
 @pytest.fixture(scope="module")
 def images_dir(tmp_path_factory):
-    from dmls import data
+    from dmls.data import datasets
 
     out = tmp_path_factory.mktemp("images")
-    data.prepare("synthetic_cifar", {"n_train": 96, "n_test": 40, "seed": 0}, out)
+    datasets.prepare("synthetic_cifar", {"n_train": 96, "n_test": 40, "seed": 0}, out)
     return out
 
 
@@ -167,7 +167,7 @@ def test_device_loader_trains_exactly_like_the_course_dataloader(
     tmp_path, tabular_dir, images_dir, dataset
 ):
     # Without random augmentation both paths feed the same batches in the same order, so the
-    # weights agree; with it, they draw different random numbers (see test_device_data.py).
+    # weights agree; with it, they draw different random numbers (see test_device_resident.py).
     settings = {"launcher": "torchrun", "nproc_per_node": 2, "batch_size": 16}
     if dataset == "images":
         cnn = {"name": "cnn", "conv_channels": [4], "fc_hidden": 8, "batch_norm": True}

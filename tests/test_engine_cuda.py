@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from conftest import make_spec
-from dmls import data, engine
+from dmls.data import datasets
+from dmls.training import trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -15,7 +16,7 @@ CNN = {"name": "cnn", "conv_channels": [16, 32], "fc_hidden": 64, "batch_norm": 
 @pytest.fixture(scope="module")
 def images_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("images")
-    data.prepare("synthetic_cifar", {"n_train": 2000, "n_test": 500, "seed": 0}, out)
+    datasets.prepare("synthetic_cifar", {"n_train": 2000, "n_test": 500, "seed": 0}, out)
     return out
 
 
@@ -28,7 +29,7 @@ def train(tmp_path, data_dir, name, **overrides):
     spec = make_spec(run=name, **(settings | overrides))
     run_dir = tmp_path / name
     run_dir.mkdir()
-    result = engine.train(spec, data_dir, run_dir / "model.pt", run_dir / "ckpt.pt")
+    result = trainer.train(spec, data_dir, run_dir / "model.pt", run_dir / "ckpt.pt")
     assert result is not None and result["status"] == "ok", result
     return result
 
@@ -76,8 +77,8 @@ def test_dataparallel_reads_the_device_resident_data_and_says_why_it_is_eager(tm
 
 
 def train_ddp(tmp_path, data_dir, name, **overrides):
-    """Two ranks under torchrun, started as the DAG starts them (dmls.supervise)."""
-    from dmls import supervise
+    """Two ranks under torchrun, started as the DAG starts them (dmls.supervisor.supervise)."""
+    from dmls.supervisor import supervise
 
     settings = dict(
         dataset="synthetic_cifar", model=CNN, device="cuda", epochs=3, batch_size=32,

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from conftest import make_spec
-from dmls import supervise
-from dmls.faults import Fault
-from dmls.io import write_json
+from dmls.files import write_json
+from dmls.supervisor import supervise
+from dmls.training.faults import Fault
 
 DDP = dict(
     dataset="tabular", model={"name": "mlp", "hidden": 16}, device="cpu", backend="gloo",

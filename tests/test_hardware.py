@@ -1,5 +1,6 @@
 """The supervisor never imports torch: the host is probed once per boot, in a child process, and
-its answers are read from a cache file by every later run (dmls/hardware.py `host_facts`)."""
+its answers are read from a cache file by every later run (dmls/supervisor/hardware.py
+`host_facts`)."""
 
 import json
 import os
@@ -9,9 +10,9 @@ import sys
 import pytest
 
 from conftest import ROOT, make_spec
-from dmls import hardware, supervise
-from dmls.hardware import Host, describe, host_facts
-from dmls.io import write_json
+from dmls.files import write_json
+from dmls.supervisor import hardware, supervise
+from dmls.supervisor.hardware import Host, describe, host_facts
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 
@@ -25,7 +26,7 @@ def probed(tmp_path_factory):
 
 def test_importing_the_supervisor_imports_neither_torch_nor_accelerate():
     code = (
-        "import sys; import dmls.supervise\n"
+        "import sys; import dmls.supervisor.supervise\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'accelerate'}))"
     )
     out = subprocess.run(
@@ -89,7 +90,7 @@ def test_a_failing_probe_names_its_command_and_error(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError) as e:
         host_facts(tmp_path / "hosts")
     message = str(e.value)
-    assert f"`{fake_python} -m dmls.hardware` exited with code 3" in message
+    assert f"`{fake_python} -m dmls.supervisor.hardware` exited with code 3" in message
     assert message.endswith("RuntimeError: CUDA driver too old")
     assert not (tmp_path / "hosts").exists()
 

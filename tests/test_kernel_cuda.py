@@ -12,13 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmls.kernels.fused_conv_relu import (
+from dmls.special.kernels.fused_conv_relu import (
     UnsupportedConv,
     fuse_conv_relu,
     fused_conv_relu,
     load_extension,
 )
-from dmls.models import CourseCNN
+from dmls.training.models import CourseCNN
 
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(),

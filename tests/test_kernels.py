@@ -6,13 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmls.kernels.fused_conv_relu import (
+from dmls.special.kernels.fused_conv_relu import (
     FusedConvReLU,
     UnsupportedConv,
     fuse_conv_relu,
     fused_conv_relu,
 )
-from dmls.models import CourseCNN
+from dmls.training.models import CourseCNN
 
 # (N, C_in, H, W, C_out, kernel (R, S), stride, padding): square and not, strided, padded,
 # a kernel as large as the padded input, a 1×1 kernel.

@@ -5,7 +5,7 @@ import shutil
 import sys
 
 from conftest import make_spec
-from dmls.launch import NODE_AGENT, WORKER, agent_command, build_commands
+from dmls.supervisor.launch import NODE_AGENT, WORKER, agent_command, build_commands
 
 ARGS = ["--spec", "{}", "--data-dir", "d", "--run-dir", "r"]
 
@@ -130,7 +130,7 @@ def test_hostile_paths_and_names_reach_the_worker_intact_and_no_shell_runs(
 ):
     from dataclasses import replace
 
-    from dmls import supervise
+    from dmls.supervisor import supervise
 
     monkeypatch.chdir(tmp_path)  # where a shell would have created the files
     data_dir = tmp_path / "d $(touch pwned1) `touch pwned2`; touch pwned3 'q\""

@@ -1,7 +1,7 @@
 import torch
 
 from conftest import make_spec
-from dmls.models import LeNet5, build_model
+from dmls.training.models import LeNet5, build_model
 
 
 def n_params(module) -> int:

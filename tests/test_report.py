@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, make_spec
-from dmls.aggregate import collect
-from dmls.io import write_json
+from dmls.files import write_json
 from dmls.report import figures, html, observations, section, special
+from dmls.report.aggregate import collect
 from dmls.report.study import MIB, ReportError, Study, run_labels, varying_settings
 
 
@@ -26,8 +26,9 @@ def fake_metrics(
     eager_reason: str | None = None,
     **spec_overrides,
 ) -> dict:
-    """A metrics.json as dmls.supervise writes it, with chosen numbers; `eager_reason`: the
-    run trained eagerly for this reason (else from a CUDA graph, unless it asked for eager)."""
+    """A metrics.json as dmls.supervisor.supervise writes it, with chosen numbers;
+    `eager_reason`: the run trained eagerly for this reason (else from a CUDA graph, unless it
+    asked for eager)."""
     spec = make_spec(study=study, run=run, **spec_overrides).to_dict()
     processes = spec["nodes"] * spec["nproc_per_node"] if spec["launcher"] != "dp" else 1
     replicas = spec["nodes"] * spec["nproc_per_node"]

@@ -73,12 +73,12 @@ def problems(paths: list[Path], check) -> dict[str, list[str]]:
 
 
 def test_pipeline_code_evaluates_nothing_and_uses_no_shell():
-    assert ROOT / "workflow" / "scripts" / "dmls" / "supervise.py" in SOURCES
+    assert ROOT / "workflow" / "scripts" / "dmls" / "supervisor" / "supervise.py" in SOURCES
     assert problems(SOURCES, unsafe_calls) == {}
     # Checkpoints are loaded, always with weights_only=True.
     assert (
         'torch.load(path, map_location="cpu", weights_only=True)'
-        in (ROOT / "workflow" / "scripts" / "dmls" / "checkpoint.py").read_text()
+        in (ROOT / "workflow" / "scripts" / "dmls" / "training" / "checkpoint.py").read_text()
     )
 
 

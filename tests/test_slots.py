@@ -1,5 +1,5 @@
-"""Local jobs reserve their GPUs and cores (dmls/slots.py): disjoint, all or nothing, released
-when the holder ends, however it ends."""
+"""Local jobs reserve their GPUs and cores (dmls/supervisor/slots.py): disjoint, all or
+nothing, released when the holder ends, however it ends."""
 
 import os
 import signal
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from dmls import slots
+from dmls.supervisor import slots
 
 GPUS = ["0", "1"]
 CORES = [0, 1, 2, 3]
@@ -64,7 +64,7 @@ def test_a_job_waits_for_its_slots_and_holds_none_while_it_waits():
 def test_a_killed_holder_frees_its_slots(lock_dir):
     holder = subprocess.Popen(
         [sys.executable, "-c", (
-            "import sys, time; sys.path.insert(0, sys.argv[1]); from dmls import slots\n"
+            "import sys, time; sys.path.insert(0, sys.argv[1]); from dmls.supervisor import slots\n"
             "with slots.reserve(2, 4, gpu_names=['0', '1'], core_ids=[0, 1, 2, 3]):\n"
             "    print('held', flush=True); time.sleep(60)"
         ), str(ROOT / "workflow" / "scripts")],
@@ -84,7 +84,7 @@ def test_a_killed_holder_frees_its_slots(lock_dir):
 
 def test_apply_narrows_the_process_and_its_children():
     code = (
-        "import os, sys; sys.path.insert(0, sys.argv[1]); from dmls import slots\n"
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from dmls.supervisor import slots\n"
         "cores = sorted(os.sched_getaffinity(0))[:1]\n"
         "with slots.reserve(0, 1, gpu_names=[], core_ids=cores) as r:\n"
         "    r.apply()\n"

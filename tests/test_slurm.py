@@ -1,232 +1,88 @@
-"""The pipeline on a real Slurm cluster: the 2-node cluster of .ci/slurm-cluster on this host,
-`snakemake --profile profiles/slurm`, and the B studies of the .test config."""
-
-import os
-import re
-import shutil
-import subprocess
-import sys
-import time
-from pathlib import Path
+"""What a run asks Slurm for, derived from its spec in one place (dmls.supervisor.slurm)."""
 
 import pytest
-import yaml
 
-from conftest import ROOT
-from dmls.cluster import expand_hostlist, status_check_problem
-from dmls.io import read_json
+from conftest import make_spec
+from dmls.supervisor.hardware import Host, gpus_needed
+from dmls.supervisor.slurm import (
+    RENDEZVOUS_PORT_BASE,
+    SlurmError,
+    SlurmJob,
+    SrunTask,
+    job_resources,
+)
 
-pytestmark = pytest.mark.slurm
-
-BIN = Path(sys.executable).parent
-CLUSTER = ROOT / ".ci" / "slurm-cluster"
-NODES = ["node1", "node2"]
-# This cluster has no slurmdbd, so `sacct` knows no jobs: status checks go through squeue
-# (README, "Run on a Slurm cluster"), the first one 2 s after a submission instead of 40.
-STATUS_CHECKS = [
-    "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
-]  # fmt: skip
-B_RUNS = [
-    f"{study}/{run}"
-    for study in ("cluster_torchrun", "cluster_accelerate")
-    for run in ("n1xp1", "n1xp2", "n2xp1", "n2xp2")
-]
-MULTI_NODE = [run_id for run_id in B_RUNS if "/n2x" in run_id]
-# Two more B1 runs that ask for GPUs: each test node has two that are no devices, so Slurm
-# places these as on a GPU cluster, and the pipeline then skips them for want of CUDA.
-GPU_RUNS = {
-    "gpu_n1xp2": {"nproc_per_node": 2, "device": "cuda"},
-    "gpu_n2xp1": {"nodes": 2, "device": "cuda"},
-}
-SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: \S+/rule_(\w+?)/(\S+)/")
+CLUSTER = {"cpus_per_process": 3, "mem_mb_per_process": 2000, "runtime_minutes": 45}
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """The local cluster: used when it is up, else started here and stopped at the end."""
-    if subprocess.run([CLUSTER, "status"], capture_output=True).returncode == 0:
-        yield
-        return
-    if os.geteuid() != 0 or not shutil.which("slurmctld"):
-        reason = (
-            "no local Slurm cluster: needs root and Debian's slurmctld slurmd slurm-client "
-            "munge (.ci/run installs them)"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    subprocess.run([CLUSTER, "start"], check=True)
-    try:
-        yield
-    finally:
-        subprocess.run([CLUSTER, "stop"], check=True)
+def test_a_cpu_grid_run_asks_one_task_per_node_with_the_cpus_of_its_processes():
+    spec = make_spec(launcher="torchrun", nodes=2, nproc_per_node=2, device="cpu")
+    res = job_resources(spec, CLUSTER)
+    assert (res.nodes, res.tasks, res.cpus_per_task, res.gpus_per_node) == (2, 2, 6, 0)
+    assert (res.mem_mb, res.runtime_min) == (4000, 45)  # memory per node: 2 processes
+    slurm = res.rule_resources(on_cluster=True)
+    # Several nodes: the plugin must not wrap the job in `srun -n1`; launch.py runs srun.
+    assert slurm["mpi"] == "srun" and slurm["tasks"] == 2 and slurm["nodes"] == 2
+    assert slurm["gres"] is None and slurm["gpu"] is None and slurm["tasks_per_gpu"] is None
+    assert res.rule_resources(on_cluster=False)["gpu"] == 0
 
 
-def snakemake(*args: str, timeout: int) -> tuple[subprocess.CompletedProcess, float]:
-    start = time.monotonic()
-    out = subprocess.run(
-        [str(BIN / "snakemake"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
-    return out, time.monotonic() - start
+def test_a_single_node_run_is_an_ordinary_job():
+    spec = make_spec(launcher="accelerate", nproc_per_node=2, device="cpu")
+    slurm = job_resources(spec, CLUSTER).rule_resources(on_cluster=True)
+    assert slurm["nodes"] == 1 and slurm["cpus_per_task"] == 6
+    assert slurm["tasks"] is None and slurm["mpi"] is None
+    single = job_resources(make_spec(launcher="single", device="cpu"), CLUSTER)
+    assert (single.cpus_per_task, single.mem_mb) == (3, 2000)
 
 
-def targets(results: Path, run_ids: list[str]) -> list[str]:
-    return ["--", *(str(results / "runs" / run_id / "metrics.json") for run_id in run_ids)]
+def test_gpus_are_asked_per_node_on_a_cluster_and_in_total_locally():
+    dp = job_resources(make_spec(launcher="dp", nproc_per_node=2, device="cuda"), CLUSTER)
+    # DataParallel: one process, with the cores of one per GPU it drives (as DDP's two ranks)
+    assert dp.gpus_per_node == 2 and dp.cpus_per_task == 6 and dp.mem_mb == 2000
+    on_slurm = dp.rule_resources(on_cluster=True)
+    assert on_slurm["gres"] == "gpu:2" and on_slurm["gpu"] is None
+    assert on_slurm["tasks_per_gpu"] is None
+    assert dp.rule_resources(on_cluster=False)["gpu"] == 2
+
+    spec = make_spec(launcher="torchrun", nodes=2, nproc_per_node=4, backend="nccl")
+    grid = job_resources(spec, CLUSTER)
+    on_slurm = grid.rule_resources(on_cluster=True)
+    assert on_slurm["gres"] == "gpu:4" and on_slurm["tasks"] == 2
+    # Else the plugin turns `tasks` into --ntasks-per-gpu=2 (its issues #316, #459).
+    assert on_slurm["tasks_per_gpu"] == 0
+    assert grid.rule_resources(on_cluster=False)["gpu"] == 8
 
 
-def on_slurm(results: Path, *args: str, timeout: int) -> tuple[subprocess.CompletedProcess, float]:
-    return snakemake(
-        "--profile", "profiles/slurm", *STATUS_CHECKS,
-        "--slurm-logdir", str(results / "slurm_logs"), *args, timeout=timeout,
-    )  # fmt: skip
+def test_a_retried_job_gets_more_memory_and_time():
+    spec = make_spec(launcher="single", device="cpu")
+    first, second = job_resources(spec, CLUSTER), job_resources(spec, CLUSTER, attempt=2)
+    assert (second.mem_mb, second.runtime_min) == (2 * first.mem_mb, 2 * first.runtime_min)
+    assert second.cpus_per_task == first.cpus_per_task
 
 
-def submitted_jobs(output: str) -> dict[str, str]:
-    """'<rule>/<wildcards>' → Slurm job id, from Snakemake's log of its submissions."""
-    return {f"{rule}/{wildcards}": job for job, rule, wildcards in SUBMITTED.findall(output)}
+def test_the_rendezvous_port_follows_the_job_id():
+    ports = [SlurmJob(str(job_id), ("a", "b")).rendezvous_port for job_id in (7, 8, 10007)]
+    assert ports == [RENDEZVOUS_PORT_BASE + 7, RENDEZVOUS_PORT_BASE + 8, RENDEZVOUS_PORT_BASE + 7]
 
 
-@pytest.fixture(scope="module")
-def slurm_b(slurm_cluster, tmp_path_factory):
-    """The B1 and B2 runs of the .test config and the GPU runs, every job through Slurm."""
-    results = tmp_path_factory.mktemp("slurm")
-    gpu_config = results / "gpu_runs.yaml"
-    gpu_config.write_text(yaml.safe_dump({"studies": {"cluster_torchrun": {"runs": GPU_RUNS}}}))
-    run_ids = B_RUNS + [f"cluster_torchrun/{run}" for run in GPU_RUNS]
-    out, seconds = on_slurm(
-        results, "--configfile", ".test/config.yaml", str(gpu_config), "--config",
-        f"results_dir={results}", *targets(results, run_ids), timeout=1200,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-5000:]
-    metrics = {run_id: read_json(results / "runs" / run_id / "metrics.json") for run_id in run_ids}
-    return results, metrics, submitted_jobs(out.stderr), seconds
+def test_only_an_allocation_with_enough_nodes_hosts_a_multi_node_run():
+    two_nodes = make_spec(launcher="torchrun", nodes=2)
+    assert SlurmJob("5", ("node1", "node2")).hosts(two_nodes)
+    # Inside a 1-node allocation (salloc, the plugin's single-node jobs), nodes are emulated.
+    assert not SlurmJob("5", ("node1",)).hosts(two_nodes)
+    assert not SlurmJob("5", ("node1", "node2")).hosts(make_spec(launcher="torchrun"))
 
 
-@pytest.fixture(scope="module")
-def local_b(tmp_path_factory):
-    """The same multi-node runs, emulated on this host by the local executor."""
-    results = tmp_path_factory.mktemp("local")
-    out, _ = snakemake(
-        "--cores", "2", "--configfile", ".test/config.yaml", "--config",
-        f"results_dir={results}", *targets(results, MULTI_NODE), timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-5000:]
-    return {run_id: read_json(results / "runs" / run_id / "metrics.json") for run_id in MULTI_NODE}
+def test_an_srun_task_needs_srun_variables(monkeypatch):
+    monkeypatch.delenv("SLURM_NODEID", raising=False)
+    with pytest.raises(SlurmError, match="SLURM_NODEID"):
+        SrunTask.current()
 
 
-def test_slurm_expands_node_lists_and_tells_each_task_its_node(slurm_cluster):
-    assert expand_hostlist("node[1-2]") == tuple(NODES)
-    probe = (
-        "from dmls.cluster import SrunTask; task = SrunTask.current(); "
-        "print(task.node_rank, task.first_node)"
-    )
-    out = subprocess.run(
-        ["srun", "--nodes", "2", "--ntasks", "2", sys.executable, "-c", probe],
-        env=os.environ | {"PYTHONPATH": str(ROOT / "workflow" / "scripts")},
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    assert sorted(out.stdout.splitlines()) == ["0 node1", "1 node1"]
-
-
-def test_status_checks_that_could_never_see_a_job_end_are_refused(slurm_cluster, tmp_path):
-    assert status_check_problem("squeue", 2) is None
-    assert "--slurm-status-command squeue" in status_check_problem("sacct", 2)
-    # MinJobAge is 300 s: with a first check after 200 s the plugin would fall back to sacct.
-    assert "--slurm-init-seconds-before-status-checks to 100" in status_check_problem("squeue", 200)
-    # The profile as shipped (sacct) on this cluster: an error at once, not an endless wait.
-    out, seconds = snakemake(
-        "--profile", "profiles/slurm", "--configfile", ".test/config.yaml",
-        "--config", f"results_dir={tmp_path}", *targets(tmp_path, B_RUNS[:1]), timeout=120,
-    )  # fmt: skip
-    assert out.returncode != 0 and seconds < 60
-    assert "pass --slurm-status-command squeue" in out.stderr
-    assert not submitted_jobs(out.stderr)
-
-
-def test_every_job_went_through_slurm(slurm_b, capsys):
-    _, metrics, submitted, seconds = slurm_b
-    # Every run and the data preparation, each its own Slurm job.
-    assert set(submitted) == {"prepare_data/tabular"} | {
-        f"train/{run_id.replace('/', '_')}" for run_id in metrics
-    }
-    assert len(set(submitted.values())) == len(submitted)
-    lines = [f"Slurm DAG of the B1/B2 runs and 2 GPU runs: {seconds:.0f} s"]
-    for run_id, m in metrics.items():
-        job_id = submitted[f"train/{run_id.replace('/', '_')}"]
-        assert m["slurm"]["job_id"] == job_id
-        assert {r["slurm_job_id"] for r in m.get("ranks", [])} <= {job_id}
-        placement = " ".join(f"rank{r['rank']}@{r['slurm_node']}" for r in m.get("ranks", []))
-        lines.append(f"  {run_id:<28} job {job_id:>4}  {m['status']:<7} {placement or m['reason']}")
-    with capsys.disabled():
-        print("\n" + "\n".join(lines))
-
-
-def test_gpu_runs_get_their_gpus_per_node_from_slurm(slurm_b):
-    _, metrics, submitted, _ = slurm_b
-    for run, gpus_per_node in (("gpu_n1xp2", 2), ("gpu_n2xp1", 1)):
-        m = metrics[f"cluster_torchrun/{run}"]
-        nodes = GPU_RUNS[run].get("nodes", 1)
-        job = subprocess.run(
-            ["scontrol", "show", "job", submitted[f"train/cluster_torchrun_{run}"]],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        assert f"TresPerNode=gres:gpu:{gpus_per_node}" in job and f"NumNodes={nodes} " in job
-        # One task per node, not the plugin's --ntasks-per-gpu (its issues #316, #459).
-        assert f"NumTasks={nodes} " in job and "NtasksPerTRES" not in job
-        assert len(m["slurm"]["nodes"]) == nodes and not m["derived"]["nodes_emulated"]
-        # Each node has its GPUs, but this host no CUDA: the run is skipped with the reason.
-        assert m["status"] == "skipped"
-        assert f"needs {gpus_per_node} CUDA GPU(s) on this host" in m["reason"]
-
-
-def test_multi_node_runs_ran_on_two_slurm_nodes(slurm_b):
-    _, metrics, _, _ = slurm_b
-    for run_id in B_RUNS:
-        m = metrics[run_id]
-        assert m["status"] == "ok", (run_id, m.get("reason"))
-        spec, ranks = m["spec"], m["ranks"]
-        assert m["world_size"] == len(ranks) == spec["nodes"] * spec["nproc_per_node"]
-        assert not m["derived"]["nodes_emulated"]
-        # Each node runs in its own UTS namespace: its host name is its Slurm node name.
-        assert all(r["hostname"] == r["slurm_node"] for r in ranks)
-        nodes = [r["slurm_node"] for r in ranks]
-        if run_id in MULTI_NODE:
-            assert m["slurm"]["nodes"] == NODES, run_id
-            assert sorted(nodes) == sorted(NODES * spec["nproc_per_node"]), run_id
-        else:
-            assert len(set(nodes)) == 1 and nodes[0] in NODES, run_id
-
-
-def test_multi_node_runs_match_the_local_emulation(slurm_b, local_b):
-    _, metrics, _, _ = slurm_b
-    for run_id, local in local_b.items():
-        slurm = metrics[run_id]
-        assert local["derived"]["nodes_emulated"] and local["slurm"] is None
-        assert len(slurm["history"]) == len(local["history"]) == 2
-        # Same seed, data shards and world size, one compute thread per process in both: the
-        # same arithmetic wherever the ranks run; 1e-6 leaves room for gloo's reduction order.
-        for on_slurm, emulated in zip(slurm["history"], local["history"], strict=True):
-            for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
-                assert on_slurm[key] == pytest.approx(emulated[key], abs=1e-6), (run_id, key)
-
-
-def test_a_failing_job_is_reported_failed_promptly(slurm_cluster, tmp_path):
-    # A data folder that does not exist: preparing the B data fails in its Slurm job (a
-    # DataError, whatever `strict` says), and no training job can start after it.
-    results = tmp_path / "results"
-    broken = tmp_path / "broken.yaml"
-    broken.write_text(yaml.safe_dump({"data": {"tabular": {"dir": str(tmp_path / "none")}}}))
-    # One attempt: the profile's retry would only repeat the same failure.
-    out, seconds = on_slurm(
-        results, "--configfile", ".test/config.yaml", str(broken), "--config",
-        f"results_dir={results}", "--retries", "0",
-        *targets(results, ["cluster_torchrun/n1xp1"]), timeout=600,
-    )  # fmt: skip
-    assert out.returncode != 0
-    job_id = submitted_jobs(out.stderr)["prepare_data/tabular"]
-    assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out.stderr
-    logs = [results / "logs" / "prepare_data" / "tabular.log", *results.rglob("*.log")]
-    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
-    assert f"data.tabular.dir is set to {tmp_path / 'none'}, which is not a folder" in text
-    assert not (results / "runs" / "cluster_torchrun" / "n1xp1" / "metrics.json").exists()
-    assert seconds < 180
+def test_gpus_needed_counts_only_the_nodes_on_this_host():
+    host = Host("h", 8, ("GPU",) * 4, ((9, 0),) * 4, True)
+    spec = make_spec(launcher="torchrun", nodes=2, nproc_per_node=2, device="cuda")
+    assert gpus_needed(spec, host, nodes_here=2) == 4  # emulated: both nodes here
+    assert gpus_needed(spec, host, nodes_here=1) == 2  # a Slurm node of its own
+    assert gpus_needed(make_spec(launcher="single", device="cpu"), host, nodes_here=1) == 0

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from conftest import EXPECTED_RUNS, ROOT, validated
-from dmls.spec import SpecError, check_config, load_schema, resolve_runs
+from dmls.config.spec import SpecError, check_config, load_schema, resolve_runs
 
 
 def default_config() -> dict:

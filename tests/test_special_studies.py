@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from conftest import SCHEMA
-from dmls import special_studies
-from dmls.io import read_json
+from dmls.files import read_json
+from dmls.special import runner
 
 
 def fake_study(statuses):
@@ -23,8 +23,8 @@ def fake_study(statuses):
      (["ok", "failed", "skipped"], "failed")],
 )  # fmt: skip
 def test_overall_status(statuses, overall, tmp_path, monkeypatch):
-    monkeypatch.setitem(special_studies.STUDIES, "fake", fake_study(statuses))
-    summary = special_studies.run_study("fake", {"title": "T"}, tmp_path)
+    monkeypatch.setitem(runner.STUDIES, "fake", fake_study(statuses))
+    summary = runner.run_study("fake", {"title": "T"}, tmp_path)
     assert summary["status"] == overall
     written = read_json(tmp_path / "summary.json")
     assert written["status"] == overall and written["title"] == "T"
@@ -33,17 +33,15 @@ def test_overall_status(statuses, overall, tmp_path, monkeypatch):
 
 
 def test_strict_raises_after_writing_the_summary(tmp_path, monkeypatch):
-    monkeypatch.setitem(special_studies.STUDIES, "fake", fake_study(["ok", "skipped"]))
-    with pytest.raises(special_studies.StudyIncomplete, match="1 part"):
-        special_studies.run_study("fake", {"title": "T"}, tmp_path, strict=True)
+    monkeypatch.setitem(runner.STUDIES, "fake", fake_study(["ok", "skipped"]))
+    with pytest.raises(runner.StudyIncomplete, match="1 part"):
+        runner.run_study("fake", {"title": "T"}, tmp_path, strict=True)
     assert read_json(tmp_path / "summary.json")["counts"] == {"ok": 1, "skipped": 1}
 
 
 def test_every_configured_study_has_a_runner():
     schema = yaml.safe_load(SCHEMA.read_text())
-    assert set(schema["properties"]["special_studies"]["properties"]) == set(
-        special_studies.STUDIES
-    )
+    assert set(schema["properties"]["special_studies"]["properties"]) == set(runner.STUDIES)
 
 
 def fake_snakemake(tmp_path, **fields):
@@ -69,7 +67,7 @@ def test_the_extension_build_job_says_why_it_built_nothing_on_a_host_without_gpu
         output=SimpleNamespace(record=str(record_path)),
         params=SimpleNamespace(build_root=str(tmp_path / "ext")),
     )
-    special_studies.build_from_snakemake(job)
+    runner.build_from_snakemake(job)
     record = read_json(record_path)
     assert record["status"] == "skipped" and "no CUDA GPU" in record["reason"]
     assert "TORCH_EXTENSIONS_DIR" not in os.environ  # nothing built, nothing pointed at
@@ -84,7 +82,7 @@ def test_study_c_loads_the_extension_the_build_job_compiled(tmp_path, monkeypatc
         seen["dir"] = os.environ.get("TORCH_EXTENSIONS_DIR")
         return {"rows": [{"status": "ok", "reason": None}]}
 
-    monkeypatch.setitem(special_studies.STUDIES, "fake", study)
+    monkeypatch.setitem(runner.STUDIES, "fake", study)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/elsewhere")
     built = tmp_path / "fused_conv_relu.json"
     built.write_text('{"status": "ok", "build_root": "/prebuilt"}')
@@ -94,5 +92,5 @@ def test_study_c_loads_the_extension_the_build_job_compiled(tmp_path, monkeypatc
         output=SimpleNamespace(summary=str(tmp_path / "fake" / "summary.json")),
         params=SimpleNamespace(study="fake", cfg={"title": "T"}),
     )
-    special_studies.main_from_snakemake(job)
+    runner.main_from_snakemake(job)
     assert seen["dir"] == "/prebuilt"

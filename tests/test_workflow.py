@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import EXPECTED_RUNS, ROOT
-from dmls.io import read_json
+from dmls.files import read_json
 
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "tools"))

@@ -5,8 +5,8 @@ Snakemake puts this folder on sys.path and defines `snakemake` before running th
 
 from pathlib import Path
 
-from dmls.aggregate import collect
-from dmls.io import atomic_write
+from dmls.files import atomic_write
+from dmls.report.aggregate import collect
 
 smk = snakemake  # noqa: F821
 frame = collect([Path(p) for p in smk.input.metrics])

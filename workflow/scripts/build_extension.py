@@ -4,6 +4,6 @@ CUDA extension ahead of the study.
 Snakemake puts this folder on sys.path and defines `snakemake` before running the file.
 """
 
-from dmls.special_studies import build_from_snakemake
+from dmls.special.runner import build_from_snakemake
 
 build_from_snakemake(snakemake)  # noqa: F821

@@ -1,4 +1,4 @@
-"""Per-node entry point of a multi-node run under Slurm (see dmls/launch.py).
+"""Per-node entry point of a multi-node run under Slurm (see dmls/supervisor/launch.py).
 
 `srun` starts this once per node. Which node it is (SLURM_NODEID) and which node hosts the
 rendezvous (the step's first) are known only inside each task, so this node's torchrun /
@@ -10,9 +10,9 @@ python node_agent.py --device cpu --port 21234 --threads-per-process 2 -- <train
 import argparse
 import os
 
-from dmls import launch
-from dmls.cluster import SrunTask
-from dmls.spec import RunSpec
+from dmls.config.spec import RunSpec
+from dmls.supervisor import launch
+from dmls.supervisor.slurm import SrunTask
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 # Snakemake runs this file directly, so the dmls package next to it is not importable yet.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dmls import data
+from dmls.data import datasets
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 logging.basicConfig(
@@ -17,7 +17,7 @@ manifest_path = Path(smk.output.manifest)
 if manifest_path.name != f"{name}.json":
     raise ValueError(f"output.manifest must be <out_dir>/{name}.json, got {manifest_path}")
 try:
-    data.prepare(
+    datasets.prepare(
         name,
         smk.config["data"].get(name, {}),
         manifest_path.parent,

@@ -5,7 +5,7 @@ Snakemake puts this folder on sys.path and defines `snakemake` before running th
 
 from pathlib import Path
 
-from dmls.io import atomic_write
+from dmls.files import atomic_write
 from dmls.report.html import render
 
 smk = snakemake  # noqa: F821

@@ -5,7 +5,7 @@ Snakemake puts this folder on sys.path and defines `snakemake` before running th
 
 from pathlib import Path
 
-from dmls.io import read_json
+from dmls.files import read_json
 from dmls.report import section
 from dmls.report.study import Study
 

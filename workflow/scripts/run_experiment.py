@@ -3,6 +3,6 @@
 Snakemake puts this folder on sys.path and defines `snakemake` before running the file.
 """
 
-from dmls.supervise import main_from_snakemake
+from dmls.supervisor.supervise import main_from_snakemake
 
 main_from_snakemake(snakemake)  # noqa: F821

@@ -3,6 +3,6 @@
 Snakemake puts this folder on sys.path and defines `snakemake` before running the file.
 """
 
-from dmls.special_studies import main_from_snakemake
+from dmls.special.runner import main_from_snakemake
 
 main_from_snakemake(snakemake)  # noqa: F821

@@ -1,4 +1,4 @@
-"""Worker entry point: one training process, started by a launcher (see dmls/launch.py).
+"""Worker entry point: one training process, started by a launcher (see dmls/supervisor/launch.py).
 
 python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
                 --checkpoint results/checkpoints/<study>/<run>.pt
@@ -15,7 +15,7 @@ from pathlib import Path
 
 IMPORTS_START = time.perf_counter()  # before torch and the engine are imported
 
-from dmls.launch import die_with_parent  # noqa: E402
+from dmls.supervisor.launch import die_with_parent  # noqa: E402
 
 # First, before importing torch takes seconds: a rank must not outlive its launcher (a
 # `kill -9` of torchrun would leave it training, and writing checkpoints, on its own).
@@ -24,9 +24,9 @@ die_with_parent(signal.SIGKILL)
 # threads was, so the log of a run that hung says where.
 faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
 
-from dmls import engine  # noqa: E402
-from dmls.io import write_json  # noqa: E402
-from dmls.spec import RunSpec  # noqa: E402
+from dmls.config.spec import RunSpec  # noqa: E402
+from dmls.files import write_json  # noqa: E402
+from dmls.training import trainer  # noqa: E402
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     try:
         spec = RunSpec.from_json(args.spec)
         imports = time.perf_counter() - IMPORTS_START
-        result = engine.train(spec, args.data_dir, args.run_dir / "model.pt", args.checkpoint)
+        result = trainer.train(spec, args.data_dir, args.run_dir / "model.pt", args.checkpoint)
         if result is not None:
             result["timing"]["import_s"] = imports
             write_json(args.run_dir / "worker.json", result)

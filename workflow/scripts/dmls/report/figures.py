@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from .study import MIB, OK, Study
+from dmls.report.study import MIB, OK, Study
 
 DPI = 110
 # Every figure of a study draws run i in colour i, so a run keeps its colour across figures.

@@ -19,9 +19,9 @@ import jinja2
 import pandas as pd
 import yaml
 
-from ..io import read_json
-from . import special
-from .study import FORMATS, MIB, OK
+from dmls.files import read_json
+from dmls.report import special
+from dmls.report.study import FORMATS, MIB, OK
 
 # Columns of the all-runs table, in this order (the full table is runs.csv, linked from it).
 ALL_RUNS_COLUMNS = {

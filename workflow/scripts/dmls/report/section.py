@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write, write_json
-from . import figures, observations
-from .study import Study
+from dmls.files import atomic_write, write_json
+from dmls.report import figures, observations
+from dmls.report.study import Study
 
 
 def build(

@@ -1,7 +1,7 @@
 """Report sections of the special studies (B4, C, D1-D3) from their results/studies/<name>/ files.
 
 Each study wrote a summary.json (status per row, with the reason where a part could not run),
-CSV tables and PNG figures (dmls.special_studies); this module only selects and formats them.
+CSV tables and PNG figures (dmls.special.runner); this module only selects and formats them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..io import read_json
+from dmls.files import read_json
 
 # Per study: the tables to show, as (caption, CSV file, columns; None = all of them).
 TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..aggregate import summarize
+from dmls.report.aggregate import summarize
 
 MIB = 2**20
 # Only finished runs have numbers in the report; the others show their status and reason.
@@ -68,7 +68,7 @@ class Study:
     key: str
     title: str
     baseline: str
-    runs: pd.DataFrame  # one summary row per run (dmls.aggregate.summarize), config order
+    runs: pd.DataFrame  # one summary row per run (dmls.report.aggregate.summarize), config order
     histories: dict[str, pd.DataFrame]  # per-epoch history of every `ok` run
     metrics: dict[str, dict[str, Any]]  # the raw metrics.json of every run
 

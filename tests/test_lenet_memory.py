@@ -1,0 +1,97 @@
+"""D1: LeNet-5's parameter counts and training-memory estimate, and the CPU measurement."""
+
+import pytest
+import torch
+
+from dmls.special import lenet_memory
+from dmls.training.models import LeNet5
+
+P = 156 + 2416 + 48120 + 10164 + 850  # 61,706 parameters
+BATCH = 8
+
+
+def lenet():
+    return LeNet5(lenet_memory.INPUT_SHAPE, lenet_memory.NUM_CLASSES, "tanh")
+
+
+def test_parameter_counts_closed_form_and_model():
+    # conv: (in·5·5 + 1)·out; fully connected: (in + 1)·out
+    rows = lenet_memory.parameter_table(lenet())
+    assert [r["closed_form"] for r in rows] == [156, 2416, 48120, 10164, 850]
+    assert all(r["closed_form"] == r["model"] for r in rows)
+    assert sum(r["model"] for r in rows) == P
+
+
+def test_activation_elements_per_policy():
+    table = lenet_memory.activation_table(lenet())
+    # Per sample: input 1024; block 1 conv 6×28×28 = 4704, tanh 4704, pool 6×14×14 = 1176;
+    # block 2 conv 16×10×10 = 1600, tanh 1600, pool 16×5×5 = 400; block 3 conv 120, tanh 120
+    # (flatten is a view); block 4 fc 84, tanh 84; block 5 fc 10.
+    none = 1024 + 2 * 4704 + 1176 + 2 * 1600 + 400 + 2 * 120 + 2 * 84 + 10
+    selective = 1024 + 4704 + 1600 + 120 + 84 + 10  # recompute tanh and pooling
+    full = 1024 + 1176 + 400 + 120 + 84  # block inputs only
+    assert lenet_memory.activation_elements(table, "none") == (none, 0)
+    # selective rebuilds block 1's tanh and pool (4704 + 1176); full all of block 1
+    assert lenet_memory.activation_elements(table, "selective") == (selective, 4704 + 1176)
+    assert lenet_memory.activation_elements(table, "full") == (full, 2 * 4704 + 1176)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "precision", "per_parameter"),
+    [("adamw", "fp32", 4 + 4 + 8), ("sgd", "fp32", 4 + 4 + 4),
+     ("adamw", "fp16", 2 + 4 + 2 + 8), ("sgd", "fp16", 2 + 4 + 2 + 4)],
+)  # fmt: skip
+def test_estimate_adds_weights_gradients_optimizer_state_and_activations(
+    optimizer, precision, per_parameter
+):
+    table = lenet_memory.activation_table(lenet())
+    row = lenet_memory.estimate(P, table, optimizer, precision, "none", BATCH)
+    width = 4 if precision == "fp32" else 2
+    activations = lenet_memory.activation_elements(table, "none")[0] * BATCH * width
+    assert row["activations_stored_bytes"] == activations
+    assert row["total_bytes"] == per_parameter * P + activations
+
+
+@pytest.fixture(scope="module")
+def measured():
+    cfg = {"batch_size": BATCH, "activation": "tanh", "steps": 2, "seed": 0}
+    cpu = torch.device("cpu")
+    return {
+        (opt, rc): lenet_memory.measure(cpu, opt, "fp32", rc, cfg)
+        for opt in ("adamw", "sgd")
+        for rc in ("none", "selective", "full")
+    }
+
+
+def test_measured_components_are_the_tensors_the_model_and_optimizer_hold(measured):
+    for (optimizer, _), row in measured.items():
+        assert row["weights_bytes"] == row["gradients_bytes"] == 4 * P
+        # AdamW: two moments plus a float32 `step` per parameter tensor (10 of them)
+        expected = 8 * P + 4 * 10 if optimizer == "adamw" else 4 * P
+        assert row["optimizer_state_bytes"] == expected
+        assert row["other_bytes"] >= 0 and row["peak_bytes"] > 4 * P
+
+
+def test_measured_activations_are_what_autograd_saves(measured):
+    # conv saves its input, tanh its output (which pooling reads too), log_softmax its output
+    saved = (1024 + 4704 + 1176 + 1600 + 400 + 120 + 84 + 10) * BATCH * 4
+    labels = BATCH * 8  # int64, made inside the measured forward like the images
+    got = measured[("sgd", "none")]["activations_bytes"]
+    assert saved + labels <= got <= saved + labels + 64  # + the loss and scalar temporaries
+    kept = {rc: measured[("sgd", rc)]["activations_bytes"] for rc in lenet_memory.RECOMPUTE}
+    assert kept["full"] < kept["selective"] < kept["none"]
+
+
+def test_run_skips_the_gpu_rows_on_a_host_without_one(tmp_path):
+    cfg = {"batch_size": BATCH, "activation": "tanh", "optimizers": ["sgd"], "steps": 2,
+           "precisions": ["fp32", "fp16"], "recompute": ["none"], "seed": 0}  # fmt: skip
+    result = lenet_memory.run(cfg, tmp_path, threads=1)
+    rows = {(r["device"], r["precision"]): r for r in result["rows"]}
+    assert rows[("cpu", "fp16")]["status"] == "ok"
+    if not torch.cuda.is_available():
+        assert rows[("cuda", "fp32")]["status"] == "skipped"
+        assert "no CUDA device" in rows[("cuda", "fp32")]["reason"]
+    assert result["parameters"]["closed_form_total"] == result["parameters"]["model_total"] == P
+    for name in ("parameters", "activations", "estimate", "measured"):
+        assert (tmp_path / f"{name}.csv").stat().st_size > 0
+    assert (tmp_path / "memory.png").stat().st_size > 0

@@ -1,0 +1,1 @@
+"""The run spec and the config schema, read at Snakemake parse time: no torch here."""

@@ -1,0 +1,293 @@
+"""The run specification: everything one training run needs, resolved from config.
+
+Config is the experiment. `config["defaults"]` holds a complete run spec (the JSON schema fills
+every key), each study may override it in `base`, and each run overrides the study. The merged
+dict is validated against the schema's run definition, then turned into a frozen `RunSpec`.
+Defaults live in the schema only: the dataclasses below have none, so a spec that reaches the
+engine is always complete and there is one place to change a default.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[4] / "config" / "schemas" / "config.schema.yaml"
+
+
+# torch._scaled_mm (fp8 GEMMs) needs both dimensions of each operand divisible by 16.
+FP8_MULTIPLE = 16
+
+
+class SpecError(ValueError):
+    """A config or run spec that can't be run; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    conv_channels: tuple[int, ...]
+    fc_hidden: int
+    hidden: int
+    dropout: float
+    batch_norm: bool
+    activation: str
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    name: str
+    lr: float
+    momentum: float
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    name: str
+    max_lr: float
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    random_crop: bool
+    horizontal_flip: bool
+    color_jitter: float
+    rotation_degrees: float
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    study: str
+    run: str
+    dataset: str
+    model: ModelSpec
+    launcher: str
+    device: str
+    nodes: int
+    nproc_per_node: int
+    backend: str
+    precision: str
+    optimizer: OptimizerSpec
+    scheduler: SchedulerSpec
+    batch_size: int
+    grad_accum_steps: int
+    augment: AugmentSpec
+    label_smoothing: float
+    early_stopping_patience: int
+    epochs: int
+    seed: int
+    train_samples: int
+    test_samples: int
+    num_workers: int
+    loader: str
+    step: str
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.study}/{self.run}"
+
+    @property
+    def processes(self) -> int:
+        """Training processes started: one per replica under torchrun/accelerate, else one."""
+        return self.replicas if self.launcher in ("torchrun", "accelerate") else 1
+
+    @property
+    def cpu_shares(self) -> int:
+        """Processes' worth of CPU cores the run gets (`cluster.cpus_per_process` each): one per
+        process, and for DataParallel one per GPU its one process drives, so that A1 compares
+        launchers with the same cores per GPU (README, "The whole DAG on one GPU machine")."""
+        return self.replicas if self.launcher == "dp" else self.processes
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel model replicas: the world size (DataParallel: GPUs of its one process)."""
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def requested_gpus(self) -> int:
+        """GPUs the spec itself asks for ('auto' asks for none: it takes what it finds)."""
+        wants_cuda = self.device == "cuda" or self.launcher == "dp" or self.backend == "nccl"
+        return self.replicas if wants_cuda else 0
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step, over all replicas and accumulation micro-steps."""
+        return self.batch_size * self.replicas * self.grad_accum_steps
+
+    def checkpoint_path(self, results_dir: Path | str) -> Path:
+        """Where this run's resume checkpoint lives (dmls/training/checkpoint.py): outside the
+        rule's outputs, so Snakemake never deletes it with an incomplete run."""
+        return Path(results_dir) / "checkpoints" / self.study / f"{self.run}.pt"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        spec = _build(cls, data, where=f"{data.get('study', '?')}/{data.get('run', '?')}")
+        spec.check()
+        return spec
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        return cls.from_dict(json.loads(text))
+
+    def cpu_conflicts(self) -> list[str]:
+        """What this spec asks for that no CPU can do, when it pins device 'cpu'."""
+        if self.device != "cpu":
+            return []
+        where = f"studies.{self.study}.runs.{self.run}"
+        needs_gpu = {
+            "launcher": (self.launcher, ("dp",), "single, torchrun, accelerate"),
+            "backend": (self.backend, ("nccl",), "gloo"),
+            "precision": (self.precision, ("fp8",), "fp32, fp16, bf16"),
+        }
+        return [
+            f"{where}.{key}: {value!r} needs a CUDA GPU, but device is 'cpu'; "
+            f"allowed on the CPU: {allowed}"
+            for key, (value, gpu_only, allowed) in needs_gpu.items()
+            if value in gpu_only
+        ]
+
+    def check(self) -> None:
+        """Constraints between keys, which the JSON schema can't express clearly."""
+        where = f"studies.{self.study}.runs.{self.run}"
+        if self.launcher == "single" and self.replicas != 1:
+            raise SpecError(
+                f"{where}: launcher 'single' runs one process on one device, but nodes × "
+                f"nproc_per_node = {self.nodes} × {self.nproc_per_node}; use 'dp', 'torchrun' "
+                "or 'accelerate' for several"
+            )
+        if self.launcher == "dp" and self.nodes != 1:
+            raise SpecError(
+                f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1"
+            )
+        if self.precision == "fp8" and self.batch_size % FP8_MULTIPLE:
+            raise SpecError(
+                f"{where}.batch_size: fp8 matmuls need every dimension divisible by "
+                f"{FP8_MULTIPLE}, the batch too (weight gradients); got {self.batch_size}"
+            )
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping, got {data!r}")
+    names = {f.name for f in fields(cls)}
+    unknown, missing = sorted(set(data) - names), sorted(names - set(data))
+    if unknown or missing:
+        raise SpecError(f"{where}: unknown keys {unknown}, missing keys {missing}")
+    hints = get_type_hints(cls)
+    kwargs = {}
+    for name in names:
+        value, hint = data[name], hints[name]
+        if is_dataclass(hint):
+            value = _build(hint, value, f"{where}.{name}")
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def deep_merge(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Merge mappings left to right; nested mappings merge, everything else is replaced."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = deep_merge(merged[key], value)
+            else:
+                merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def run_validator(schema: dict[str, Any]):
+    """A validator for one resolved run spec: the schema's `run` definition and its `$defs`."""
+    import jsonschema
+
+    run_schema = dict(schema["$defs"]["run"], **{"$defs": schema["$defs"]})
+    return jsonschema.Draft202012Validator(run_schema)
+
+
+def check_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
+    """Raise SpecError listing every schema violation of `config`, each with its key path and
+    what is allowed there. Snakemake's `validate` then fills in the defaults; its own message
+    for the first error is a dump of the schema."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema or load_schema())
+    _raise_errors("invalid config", validator.iter_errors(config), prefix=())
+
+
+def _raise_errors(title: str, errors, prefix: tuple[str, ...]) -> None:
+    lines = [
+        line
+        for error in sorted(errors, key=lambda e: list(map(str, e.absolute_path)))
+        for line in _explain(error, prefix)
+    ]
+    if lines:
+        raise SpecError(f"{title}:\n  " + "\n  ".join(lines))
+
+
+def _explain(error, prefix: tuple[str, ...]) -> list[str]:
+    """One line per problem: `key.path: what is wrong; what is allowed`."""
+    path = [*prefix, *map(str, error.absolute_path)]
+    where = ".".join(path) or "config"
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        lines = []
+        for key in sorted(set(error.instance) - set(allowed)):
+            hint = difflib.get_close_matches(key, allowed, n=1)
+            guess = f" (did you mean {hint[0]!r}?)" if hint else ""
+            lines.append(
+                f"{'.'.join([*path, key])}: unknown key{guess}; allowed: {', '.join(allowed)}"
+            )
+        return lines
+    if error.validator == "enum":
+        allowed = ", ".join(map(str, error.validator_value))
+        return [f"{where}: {error.instance!r} is not allowed; allowed: {allowed}"]
+    if "propertyNames" in error.schema_path:
+        rule = error.schema.get("description", f"must match {error.validator_value!r}")
+        return [f"{where}: name {error.instance!r} is not allowed: {rule}"]
+    return [f"{where}: {error.message}"]
+
+
+def resolve_runs(
+    config: dict[str, Any], schema: dict[str, Any] | None = None
+) -> dict[str, RunSpec]:
+    """Expand the studies of a (schema-validated) config into run specs keyed '<study>/<run>'.
+
+    Under `strict`, a run whose spec pins the CPU yet asks for what only a GPU does is an
+    error here, before any job starts: it could only be skipped, which strict forbids.
+    """
+    validator = run_validator(schema or load_schema())
+    runs: dict[str, RunSpec] = {}
+    for study, definition in config["studies"].items():
+        for run, overrides in (definition.get("runs") or {}).items():
+            merged = deep_merge(config["defaults"], definition.get("base") or {}, overrides or {})
+            prefix = ("studies", study, "runs", run)
+            _raise_errors("invalid run spec", validator.iter_errors(merged), prefix)
+            runs[f"{study}/{run}"] = RunSpec.from_dict({"study": study, "run": run, **merged})
+    if config.get("strict"):
+        conflicts = [line for spec in runs.values() for line in spec.cpu_conflicts()]
+        if conflicts:
+            raise SpecError(
+                "strict: true, but these runs pin device 'cpu' and ask for what only a GPU "
+                "does, so they could only be skipped (set strict: false to record them as "
+                "skipped):\n  " + "\n  ".join(conflicts)
+            )
+    return runs

@@ -1,0 +1,1 @@
+"""Datasets, prepared once into a canonical cached form, and the loaders that feed the ranks."""

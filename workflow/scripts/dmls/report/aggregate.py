@@ -1,0 +1,73 @@
+"""Collect every run's metrics.json into one table (results/runs.csv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dmls.files import read_json
+
+# Leading columns, in this order; every spec key follows as a `spec.`-prefixed column.
+SUMMARY_COLUMNS = [
+    "study", "run", "status", "reason", "data_synthetic", "device", "effective_precision",
+    "step_mode", "step_eager_reason", "processes", "replicas", "global_batch_size",
+    "nodes_emulated", "epochs_completed",
+    "train_loss", "train_accuracy", "test_loss", "test_accuracy", "best_test_accuracy",
+    "train_time_s", "wall_time_s", "samples_per_s", "peak_gpu_mem_allocated_bytes",
+    "peak_gpu_mem_reserved_bytes", "peak_host_rss_bytes", "gpu_names", "hostnames",
+    "slurm_job_id",
+]  # fmt: skip
+
+
+def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
+    """One row: what was run, how it ended and its final numbers (none unless it ran)."""
+    row: dict[str, Any] = {
+        "study": metrics["study"],
+        "run": metrics["run"],
+        "status": metrics["status"],
+        "reason": metrics.get("reason"),
+        **metrics["derived"],
+        "slurm_job_id": (metrics.get("slurm") or {}).get("job_id"),
+    }
+    ran = metrics["status"] in ("ok", "diverged")
+    if ran:
+        ranks = metrics["ranks"]
+        gpus = [g for r in ranks for g in r["gpus"]]
+        step = metrics["step"]
+        row |= metrics["final"] | {
+            "data_synthetic": metrics["data"]["synthetic"],
+            "effective_precision": metrics["effective_precision"],
+            # How the steps really ran (dmls/training/steps.py): "cuda_graph", with "+compile"
+            # when compiled, or "eager" and why.
+            "step_mode": step["mode"] + ("+compile" if step["compiled"] else ""),
+            "step_eager_reason": step["eager_reason"],
+            "train_time_s": metrics["timing"]["train_time_s"],
+            "wall_time_s": metrics["timing"]["wall_time_s"],
+            "samples_per_s": metrics["timing"]["samples_per_s"],
+            "peak_gpu_mem_allocated_bytes": max(
+                (g["peak_gpu_mem_allocated_bytes"] for g in gpus), default=None
+            ),
+            "peak_gpu_mem_reserved_bytes": max(
+                (g["peak_gpu_mem_reserved_bytes"] for g in gpus), default=None
+            ),
+            "peak_host_rss_bytes": max(r["peak_host_rss_bytes"] for r in ranks),
+            "gpu_names": ";".join(sorted({g["name"] for g in gpus})) or None,
+            "hostnames": ";".join(sorted({r["hostname"] for r in ranks})),
+        }
+    spec = pd.json_normalize(metrics["spec"], sep=".").iloc[0].to_dict()
+    row |= {f"spec.{k}": _cell(v) for k, v in spec.items() if k not in ("study", "run")}
+    return row
+
+
+def _cell(value: Any) -> Any:
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else value
+
+
+def collect(paths: list[Path]) -> pd.DataFrame:
+    rows = [summarize(read_json(p)) for p in paths]
+    frame = pd.DataFrame(rows)
+    leading = [c for c in SUMMARY_COLUMNS if c in frame.columns]
+    rest = [c for c in frame.columns if c not in leading]
+    return frame[leading + rest].sort_values(["study", "run"], kind="stable")

@@ -1,0 +1,147 @@
+"""The studies that are not training runs of the engine: B4 (profiler), C (fused kernel),
+D1–D3 (the written assignment's computable parts).
+
+Each study is a function `run(cfg, out_dir, *, data_dir, threads)` in its own module that
+writes its tables and figures into `out_dir` and returns its rows, each with a status (`ok`,
+`skipped` where this host can't do that part, or `failed`) and a reason. `run_study` adds what
+every summary carries (config, host, versions, timing) and writes `summary.json` last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dmls.files import read_json, write_json
+from dmls.special import float32_bytes, fused_conv, lenet_memory, profiler, spare_failure
+from dmls.special.kernels import fused_conv_relu
+from dmls.supervisor import slots
+from dmls.supervisor.hardware import Host, describe
+
+STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
+    "profiler": profiler.run,
+    "fused_conv": fused_conv.run,
+    "lenet_memory": lenet_memory.run,
+    "spare_failure": spare_failure.run,
+    "float32_bytes": float32_bytes.run,
+}
+SUMMARY_VERSION = 1
+
+
+class StudyIncomplete(RuntimeError):
+    """Raised under `strict` when a study skipped or failed a part."""
+
+
+def overall_status(rows: list[dict[str, Any]]) -> str:
+    """failed if any part failed; skipped if every part was; else ok (with its skips listed)."""
+    statuses = {r["status"] for r in rows}
+    if "failed" in statuses:
+        return "failed"
+    return "skipped" if statuses == {"skipped"} else "ok"
+
+
+def run_study(
+    name: str,
+    cfg: dict[str, Any],
+    out_dir: Path,
+    *,
+    data_dir: Path | None = None,
+    threads: int = 1,
+    strict: bool = False,
+) -> dict[str, Any]:
+    """Run one study into `out_dir` and write its summary.json; return the summary."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started, start = dt.datetime.now(dt.UTC), time.perf_counter()
+    result = STUDIES[name](cfg, out_dir, data_dir=data_dir, threads=threads)
+    rows = result["rows"]
+    host = Host.probe()
+    summary = {
+        "summary_version": SUMMARY_VERSION,
+        "study": name,
+        "title": cfg["title"],
+        "status": overall_status(rows),
+        "counts": dict(Counter(r["status"] for r in rows)),
+        **result,
+        "config": cfg,
+        "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **describe()},
+        "threads": threads,
+        "started_at": started.isoformat(timespec="seconds"),
+        "wall_time_s": time.perf_counter() - start,
+    }
+    write_json(out_dir / "summary.json", summary)
+    incomplete = [r for r in rows if r["status"] != "ok"]
+    if strict and incomplete:
+        raise StudyIncomplete(
+            f"{name}: {len(incomplete)} part(s) not ok, first: {incomplete[0]['reason']}"
+        )
+    return summary
+
+
+@contextlib.contextmanager
+def _job_log(path: str) -> Iterator[None]:
+    """Send this job's logging, warnings and tracebacks to its rule's log file."""
+    with open(path, "w") as log:
+        sys.stderr = log
+        logging.basicConfig(
+            stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        yield
+
+
+def build_from_snakemake(snakemake: Any) -> None:
+    """Entry of the `build_fused_conv_relu` rule: compile C's CUDA extension, record how."""
+    with _job_log(snakemake.log[0]):
+        record = fused_conv_relu.prebuild(Path(snakemake.params.build_root), snakemake.threads)
+        logging.info("%s", record)
+        write_json(Path(snakemake.output.record), record)
+        if snakemake.config["strict"] and record["status"] == "failed":
+            raise StudyIncomplete(f"{record['extension']}: {record['reason']}")
+
+
+def main_from_snakemake(snakemake: Any) -> None:
+    """Entry of the special-study rules (`params.study` names the study)."""
+    manifest = getattr(snakemake.input, "manifest", None)
+    prebuilt = getattr(snakemake.input, "extension", None)
+    if prebuilt and (record := read_json(Path(prebuilt)))["status"] == "ok":
+        # Load the extension the build job compiled (rules/studies.smk) instead of compiling
+        # it again while this study holds a GPU.
+        os.environ["TORCH_EXTENSIONS_DIR"] = record["build_root"]
+    with _job_log(snakemake.log[0]):
+        timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
+        try:
+            with contextlib.ExitStack() as held:
+                if timed:
+                    # Timed like a training run: its own cores and GPU (supervisor/slots.py), held
+                    # until the study ends; set before this process initialises CUDA. The GPUs
+                    # are counted by device_count, which asks NVML: after is_available() (which
+                    # initialises the driver) a narrower CUDA_VISIBLE_DEVICES is ignored.
+                    gpu_names = slots.visible_gpus(torch.cuda.device_count())
+                    reserving = slots.reserve(
+                        min(1, len(gpu_names)), snakemake.threads, gpu_names=gpu_names,
+                        on_wait=logging.info,
+                    )  # fmt: skip
+                    reservation = held.enter_context(reserving)
+                    reservation.apply()
+                    logging.info("reserved %s", reservation.to_dict())
+                run_study(
+                    snakemake.params.study,
+                    snakemake.params.cfg,
+                    Path(snakemake.output.summary).parent,
+                    data_dir=Path(manifest).parent if manifest else None,
+                    threads=snakemake.threads,
+                    strict=snakemake.config["strict"],
+                )
+        except Exception:
+            logging.exception("study %s failed", snakemake.params.study)
+            raise

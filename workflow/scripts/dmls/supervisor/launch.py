@@ -1,0 +1,156 @@
+"""How a run is started: the one place that turns a run spec into launcher commands.
+
+Commands are argument lists (never shell strings), so no config value is ever parsed by a shell.
+Each node is one launcher agent. Inside a Slurm allocation of the run's nodes, one `srun` starts
+an agent on every node (node_agent.py builds each node's command there); elsewhere, several
+nodes are emulated by starting one agent per node on this host, all meeting on loopback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dmls.config.spec import RunSpec
+
+SCRIPTS = Path(__file__).resolve().parents[2]
+WORKER = SCRIPTS / "train.py"
+NODE_AGENT = SCRIPTS / "node_agent.py"
+LOOPBACK = "127.0.0.1"
+ACCELERATE_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
+
+
+@dataclass(frozen=True)
+class Command:
+    """One process to start: its argv and the variables it adds to the environment."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    """A port free now on loopback; the launcher binds it moments later."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent(sig: signal.Signals) -> None:
+    """Ask Linux to send this process `sig` when its parent dies (prctl PR_SET_PDEATHSIG), so
+    no launcher or rank outlives the process that started it. Elsewhere it does nothing."""
+    if sys.platform != "linux":
+        return
+    PR_SET_PDEATHSIG = 1
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def build_commands(
+    spec: RunSpec,
+    worker_args: list[str],
+    *,
+    device: str,
+    port: int,
+    threads: int,
+    srun: bool = False,
+) -> list[Command]:
+    """The launcher command(s) for `spec`: one per emulated node, or one `srun` for all nodes.
+
+    `device` is the resolved device ('cpu' or 'cuda'), `port` the rendezvous port and `threads`
+    the CPU threads this run may use on each host, shared among the processes there. With
+    `srun`, the nodes are those of the Slurm allocation this runs in.
+    """
+    processes_per_host = spec.nproc_per_node if srun else spec.processes
+    per_process = max(1, threads // processes_per_host)
+    python = sys.executable
+
+    if spec.launcher in ("single", "dp"):
+        return [Command([python, str(WORKER), *worker_args], _thread_env(per_process))]
+    if srun:
+        argv = [
+            "srun",
+            "--nodes", str(spec.nodes),
+            "--ntasks", str(spec.nodes),
+            "--ntasks-per-node", "1",
+            "--cpus-per-task", str(threads),
+            # One agent failing ends the others: none waits for a peer that is gone.
+            "--kill-on-bad-exit=1",
+            python, str(NODE_AGENT),
+            "--device", device,
+            "--port", str(port),
+            "--threads-per-process", str(per_process),
+            "--", *worker_args,
+        ]  # fmt: skip
+        return [Command(argv)]
+    return [
+        agent_command(
+            spec, worker_args, device=device, node_rank=node, master_addr=LOOPBACK, port=port,
+            threads_per_process=per_process,
+        )
+        for node in range(spec.nodes)
+    ]  # fmt: skip
+
+
+def agent_command(
+    spec: RunSpec,
+    worker_args: list[str],
+    *,
+    device: str,
+    node_rank: int,
+    master_addr: str,
+    port: int,
+    threads_per_process: int,
+) -> Command:
+    """The torchrun / accelerate agent of node `node_rank`; node 0 at `master_addr` hosts the
+    rendezvous on `port`."""
+    env = _thread_env(threads_per_process)
+    worker = [str(WORKER), *worker_args]
+    python = sys.executable
+
+    if spec.launcher == "torchrun":
+        argv = [
+            python, "-m", "torch.distributed.run",
+            "--nnodes", str(spec.nodes),
+            "--nproc_per_node", str(spec.nproc_per_node),
+            "--rdzv_backend", "c10d",
+            "--rdzv_endpoint", f"{master_addr}:{port}",
+            "--rdzv_id", f"{spec.study}.{spec.run}.{port}",
+            # Say which agent serves the rendezvous store rather than let torchrun guess from
+            # host names: emulated nodes (and nodes sharing a host) all look like its host.
+            "--rdzv_conf", f"is_host={'true' if node_rank == 0 else 'false'}",
+            "--max_restarts", "0",
+            *worker,
+        ]  # fmt: skip
+        return Command(argv, env)
+
+    if spec.launcher == "accelerate":
+        # On a CPU host `--multi_gpu` is what starts N cooperating processes, and only with
+        # ACCELERATE_USE_CPU=1; `--cpu --num_processes N` starts one. The engine checks the
+        # world size it gets either way.
+        cpu_env = {"ACCELERATE_USE_CPU": "1"} if device == "cpu" else {}
+        mode = ["--multi_gpu"] if spec.processes > 1 else (["--cpu"] if device == "cpu" else [])
+        argv = [
+            python, "-m", "accelerate.commands.launch",
+            *mode,
+            "--num_processes", str(spec.processes),
+            "--num_machines", str(spec.nodes),
+            "--machine_rank", str(node_rank),
+            "--main_process_ip", master_addr,
+            "--main_process_port", str(port),
+            "--mixed_precision", ACCELERATE_PRECISION[spec.precision],
+            "--num_cpu_threads_per_process", str(threads_per_process),
+            "--dynamo_backend", "no",
+            *worker,
+        ]  # fmt: skip
+        return Command(argv, env | cpu_env)
+
+    raise ValueError(f"launcher {spec.launcher!r} has no per-node agent")
+
+
+def _thread_env(threads_per_process: int) -> dict[str, str]:
+    n = str(threads_per_process)
+    return {"OMP_NUM_THREADS": n, "DMLS_THREADS_PER_PROCESS": n}

@@ -1,0 +1,341 @@
+"""Run one training run end to end and always leave a `metrics.json` that says what happened.
+
+The supervisor decides whether this host can run the spec (else: `skipped`, with the reason and
+how to fix it), starts the launcher command(s), streams their output to the run's log, and turns
+the worker's result, or its error, into the run's metrics file. With `strict`, a run that is
+skipped or fails raises instead, so Snakemake fails the job.
+
+A launcher killed from outside (`kill -9`, a preemption) is no result: the job fails without a
+metrics file, and the rerun resumes from the run's checkpoint (dmls/training/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as dt
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from dmls.config.spec import RunSpec
+from dmls.data import datasets
+from dmls.files import read_json, write_json
+from dmls.supervisor import launch, slots
+from dmls.supervisor.hardware import (
+    Host,
+    describe,
+    gpus_needed,
+    host_facts,
+    missing_requirement,
+    resolved_device,
+)
+from dmls.supervisor.slurm import SlurmError, SlurmJob
+from dmls.training.faults import ENV as FAULT_ENV
+from dmls.training.faults import Fault
+
+METRICS_VERSION = 1
+HISTORY_COLUMNS = (
+    "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+    "train_time_s", "eval_time_s", "lr",
+)  # fmt: skip
+# How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
+STOP_GRACE_S = 15
+# How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
+# peer, which is a consequence of the failure, not its cause.
+LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|timeout", re.I)
+# How torchrun and accelerate launch (torch.distributed.elastic) list a failed rank in the
+# summary that ends their output: "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: …".
+ELASTIC_FAILURE = re.compile(
+    r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M
+)
+
+
+class RunFailed(RuntimeError):
+    """Raised in strict mode for a run that was skipped or failed."""
+
+
+class RunInterrupted(RuntimeError):
+    """A launcher was killed from outside the run; the job fails so that a rerun resumes."""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def run(
+    spec: RunSpec,
+    *,
+    run_dir: Path,
+    data_dir: Path,
+    checkpoint_path: Path,
+    log: IO[str],
+    threads: int,
+    strict: bool = False,
+    isolation: str = "host",
+    host_cache: Path | None = None,
+) -> dict[str, Any]:
+    """Run `spec`, resuming from `checkpoint_path` when it holds this spec's last finished
+    epoch; write `<run_dir>/metrics.json` and return its content. The host is probed once per
+    boot into `host_cache` (supervisor/hardware.py `host_facts`), or in this process when
+    None."""
+    fault = Fault.from_env()  # a mistyped drill stops here, before anything starts
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # Files a previous attempt may have left; Snakemake only removes the declared output.
+    for name in ("worker.json", "history.csv", "model.pt"):
+        (run_dir / name).unlink(missing_ok=True)
+    for error_file in run_dir.glob("error-rank*.json"):
+        error_file.unlink()
+    host, software = (
+        host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
+    )
+    record: dict[str, Any] = {
+        "metrics_version": METRICS_VERSION,
+        "study": spec.study,
+        "run": spec.run,
+        "spec": spec.to_dict(),
+        "derived": {
+            "processes": spec.processes,
+            "replicas": spec.replicas,
+            "global_batch_size": spec.global_batch_size,
+            "device": resolved_device(spec, host),
+            "nodes_emulated": spec.nodes > 1,
+        },
+        "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **software},
+        "slurm": None,
+        "started_at": _now(),
+    }
+    try:
+        slurm = SlurmJob.current()
+    except SlurmError as e:
+        reason = f"can't tell the nodes of Slurm job {os.environ['SLURM_JOB_ID']}: {e}"
+        print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
+        return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
+    # Nodes of this Slurm allocation run one agent each; otherwise all are emulated here.
+    srun = slurm is not None and slurm.hosts(spec)
+    if slurm:
+        record["slurm"] = {"job_id": slurm.job_id, "nodes": list(slurm.nodes)}
+        record["derived"]["nodes_emulated"] = spec.nodes > 1 and not srun
+
+    nodes_here = 1 if srun else spec.nodes
+    reason = missing_requirement(spec, host, nodes_here=nodes_here) or _data_problem(spec, data_dir)
+    if reason:
+        print(f"SKIPPED {spec.run_id}: {reason}", file=log, flush=True)
+        return _finish(run_dir, record | {"status": "skipped", "reason": reason}, strict)
+
+    datasets.verify(data_dir, spec.dataset)
+    # A local timed run holds its GPUs and cores, so runs can go side by side without sharing
+    # either (dmls/supervisor/slots.py); in a Slurm job the allocation is the run's already.
+    with contextlib.ExitStack() as held:
+        reservation = None
+        if isolation != "none" and slurm is None:
+            reservation = held.enter_context(
+                slots.reserve(
+                    gpus_needed(spec, host, nodes_here),
+                    threads,
+                    gpu_names=slots.visible_gpus(host.gpu_count),
+                    on_wait=lambda line: print(line, file=log, flush=True),
+                )
+            )
+            record["reserved"] = reservation.to_dict()
+        port = slurm.rendezvous_port if srun else launch.free_port()
+        worker_args = [
+            "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+            "--checkpoint", str(checkpoint_path),
+        ]  # fmt: skip
+        commands = launch.build_commands(
+            spec, worker_args, device=record["derived"]["device"], port=port, threads=threads,
+            srun=srun,
+        )  # fmt: skip
+        record["launch"] = {
+            "commands": [c.argv for c in commands],
+            "env": [c.env for c in commands],
+            "threads": threads,
+            # What the run shared with other jobs of this host (config `isolation`).
+            "isolation": isolation,
+            "load_average_before": os.getloadavg(),
+            "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
+        }
+        exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
+        record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
+
+        if first_failure is not None and first_failure < 0:
+            resume = (
+                f"from its last finished epoch ({checkpoint_path})"
+                if checkpoint_path.exists()
+                else "from epoch 1 (no epoch had finished)"
+            )
+            message = (
+                f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
+                "from outside the run (kill, preemption, OOM killer). That is no result, so none "
+                f"is recorded: rerun the workflow and the run resumes {resume}"
+            )
+            print(f"INTERRUPTED {message}", file=log, flush=True)
+            raise RunInterrupted(message)
+        if any(exit_codes) or not (run_dir / "worker.json").exists():
+            launcher_output = Path(log.name).read_text(errors="replace")
+            reason = _failure_reason(run_dir, exit_codes, launcher_output)
+            print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
+            # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
+            return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
+
+        result = read_json(run_dir / "worker.json")
+        (run_dir / "worker.json").unlink()
+        _write_history(run_dir / "history.csv", result["history"])
+        record = _finish(run_dir, record | result, strict)
+        # Only now, with its result on disk: the run has ended, nothing is left to resume.
+        checkpoint_path.unlink(missing_ok=True)
+        return record
+
+
+def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
+    manifest = read_json(data_dir / f"{spec.dataset}.json")
+    if manifest["status"] != "ok":
+        return f"dataset {spec.dataset} unavailable: {manifest['reason']}"
+    return None
+
+
+def _start_and_wait(
+    commands: list[launch.Command], log: IO[str], reservation: slots.Reservation | None = None
+) -> tuple[list[int], float, int | None]:
+    """Start every command (one per emulated node, or one srun), inside `reservation`'s GPUs
+    and cores when there is one, and wait for all; if one fails, stop the others rather than
+    let them wait for a peer that is gone. Returns the exit codes, the seconds taken and the
+    exit code of the first launcher that failed (None if none did)."""
+    reserved_env = reservation.environment() if reservation else {}
+
+    def in_child() -> None:
+        # If this supervisor dies (its job is cancelled), the launcher stops too.
+        launch.die_with_parent(signal.SIGTERM)
+        if reservation:
+            reservation.pin()
+
+    start = time.perf_counter()
+    procs = []
+    for command in commands:
+        # Quoted as a shell would need it, so the line can be pasted; nothing runs in a shell.
+        print("$ " + shlex.join(command.argv), file=log, flush=True)
+        procs.append(
+            subprocess.Popen(
+                command.argv,
+                env=os.environ | command.env | reserved_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so it can be stopped whole
+                preexec_fn=in_child,
+            )
+        )
+    first_failure = None
+    while None in (codes := [proc.poll() for proc in procs]):
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed and first_failure is None:
+            first_failure = failed[0]
+            _stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
+        time.sleep(0.2)
+    if first_failure is None:
+        first_failure = next((c for c in codes if c != 0), None)
+    return [int(c) for c in codes], time.perf_counter() - start, first_failure
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each launcher's process group; SIGKILL what is left after the grace period."""
+
+    def signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
+            os.killpg(proc.pid, sig)
+
+    for proc in procs:
+        signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _failure_reason(run_dir: Path, exit_codes: list[int], launcher_output: str) -> str:
+    """The cause, not its consequences: when one rank fails, its peers fail too (a lost
+    connection, a timeout) or are stopped by the launcher (SIGTERM) without a word."""
+    reports = sorted(
+        (read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"]
+    )
+    causes = [r for r in reports if not LOST_PEER.search(r["error"])]
+    if causes:
+        return f"rank {causes[0]['rank']} raised {causes[0]['error']}"
+    then = f"; then rank {reports[0]['rank']} raised {reports[0]['error']}" if reports else ""
+    # A rank killed by a signal or crashed in native code leaves no report: the launcher's
+    # summary says how it ended.
+    silent = {
+        rank: code
+        for rank, code in _elastic_exit_codes(launcher_output).items()
+        if rank not in {r["rank"] for r in reports} and code != -signal.SIGTERM
+    }
+    if silent:
+        rank, code = min(silent.items())
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code < 0
+            else f"exited with code {code}"
+        )
+        return f"rank {rank} {how} without a Python error (see the end of train.log){then}"
+    if reports:
+        return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
+    if any(exit_codes):
+        return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
+    return "every process exited 0 but rank 0 wrote no result (see log)"
+
+
+def _elastic_exit_codes(launcher_output: str) -> dict[int, int]:
+    """rank -> exit code of each failed rank in the summary torchrun and accelerate launch
+    (torch.distributed.elastic) print when a rank fails."""
+    codes: dict[int, int] = {}
+    for rank, code in ELASTIC_FAILURE.findall(launcher_output):
+        codes.setdefault(int(rank), int(code))
+    return codes
+
+
+def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS)
+        writer.writeheader()
+        writer.writerows(history)
+
+
+def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, Any]:
+    record["finished_at"] = _now()
+    write_json(run_dir / "metrics.json", record)
+    if strict and record["status"] in ("skipped", "failed"):
+        raise RunFailed(f"{record['study']}/{record['run']} {record['status']}: {record['reason']}")
+    return record
+
+
+def main_from_snakemake(snakemake: Any) -> None:
+    """Entry for the `train` rule's `script:`."""
+    # If Snakemake is killed, stop too (and the launchers with us): a run finished behind its
+    # back would be marked incomplete and trained again from scratch, its checkpoint gone.
+    launch.die_with_parent(signal.SIGTERM)
+    spec = RunSpec.from_json(snakemake.params.spec)
+    run_dir = Path(snakemake.output.metrics).parent
+    results_dir = Path(snakemake.config["results_dir"])
+    with open(snakemake.log[0], "w") as log:
+        sys.stderr = log
+        run(
+            spec,
+            run_dir=run_dir,
+            data_dir=Path(snakemake.input.manifest).parent,
+            # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
+            checkpoint_path=spec.checkpoint_path(results_dir),
+            log=log,
+            threads=snakemake.threads,
+            strict=snakemake.config["strict"],
+            isolation=snakemake.config["isolation"],
+            host_cache=results_dir / "hosts",
+        )
