@@ -40,7 +40,8 @@ from epoch_speed import a1_spec  # noqa: E402
 
 from dmls.config.spec import RunSpec, deep_merge  # noqa: E402
 from dmls.data import datasets  # noqa: E402
-from dmls.training.trainer import Trainer, start_processes  # noqa: E402
+from dmls.training.parallel import strategy_for  # noqa: E402
+from dmls.training.trainer import Trainer  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,15 @@ def worker(rank: int, world: int, port: int, args: dict[str, Any]) -> None:
         patched.__init__ = functools.partialmethod(ddp.__init__, **args["ddp_kwargs"])
         torch.nn.parallel.DistributedDataParallel = patched
     spec = RunSpec.from_json(args["spec"])
-    env = start_processes(spec)
-    trainer = Trainer(spec, env, Path(args["data_dir"]))
+    strategy = strategy_for(spec)
+    env = strategy.join()
+    trainer = Trainer(spec, strategy, env, Path(args["data_dir"]))
     epochs = []
     for epoch in range(spec.epochs - 1):  # the last epoch is profiled
-        trainer._sync()
+        trainer.synchronize()
         t0 = time.perf_counter()
         trainer.train_epoch(epoch)
-        trainer._sync()
+        trainer.synchronize()
         epochs.append(time.perf_counter() - t0)
     result: dict[str, Any] = {"epochs_s": epochs, "step": trainer.step_record()}
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -145,23 +147,22 @@ def worker(rank: int, world: int, port: int, args: dict[str, Any]) -> None:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         trainer.train_epoch(spec.epochs - 1)
-        trainer._sync()
+        trainer.synchronize()
     trace = Path(args["out"]) / f"trace-{spec.run}-rank{rank}.json"
     prof.export_chrome_trace(str(trace))
-    result["profile"] = trace_summary(trace, len(trainer.train_loader))
+    result["profile"] = trace_summary(trace, len(trainer.data.train))
     # Where the host's time went (self CPU time, whole epoch): the step is host-bound where the
     # GPU idles between kernels.
     result["host_ops"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
-    result["steps_per_epoch"] = len(trainer.train_loader)
+    result["steps_per_epoch"] = len(trainer.data.train)
     numel = sum(p.numel() for p in trainer.model.parameters())
     result["parameters"] = numel
     if world > 1:
         result["allreduce_grads_us"] = allreduce_us(numel, env.device)
     if rank == 0:
         (Path(args["out"]) / f"{spec.run}.json").write_text(json.dumps(result))
-    if trainer.captured is not None:
-        trainer.captured.release()
-    env.close()
+    trainer.step.release()
+    strategy.close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # as workflow/scripts/train.py: no interpreter shutdown under a process group

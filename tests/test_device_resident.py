@@ -8,11 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from conftest import make_spec
 from dmls.config.spec import AugmentSpec
 from dmls.data import device_resident
 from dmls.data.device_resident import CROP_PADDING, BatchAugment, DeviceLoader, sampler_order
-from dmls.training.steps import eager_reason
 
 CPU = torch.device("cpu")
 
@@ -118,29 +116,6 @@ def test_rotation_turns_each_image_about_its_centre_within_the_range():
     # A point at radius 4 rotated by at most 30° moves at most 4·sin(30°) = 2 rows.
     assert rows and max(abs(r - 4) for r in rows) <= math.ceil(4 * math.sin(math.radians(degrees)))
     assert len(set(rows)) >= 3  # angles differ between images
-
-
-def test_a_cpu_run_says_why_its_step_is_not_a_cuda_graph():
-    spec = make_spec(device="cpu")
-    assert spec.step == "graph" and spec.loader == "device"  # the schema's defaults
-    assert eager_reason(spec, CPU, fault_drill=False) == (
-        "CUDA graphs need a GPU; this run trains on the CPU"
-    )
-    dp = make_spec(launcher="dp", nproc_per_node=2, grad_accum_steps=2)
-    assert eager_reason(dp, torch.device("cuda", 0), fault_drill=True) == (
-        "DataParallel copies the model to its GPUs from Python in every step; a DMLS_FAULT "
-        "drill changes the step from Python"
-    )
-    gloo = make_spec(launcher="torchrun", nproc_per_node=2, backend="gloo")
-    assert eager_reason(gloo, torch.device("cuda", 0), False).startswith("gloo all-reduces")
-    nccl = make_spec(launcher="torchrun", nproc_per_node=2, backend="nccl")
-    assert eager_reason(nccl, torch.device("cuda", 0), False) is None
-    accumulated = make_spec(
-        launcher="torchrun", nproc_per_node=2, backend="nccl", grad_accum_steps=4
-    )
-    assert eager_reason(accumulated, torch.device("cuda", 0), False) is None
-    assert eager_reason(make_spec(step="eager"), torch.device("cuda", 0), False) == "step: eager"
-    assert eager_reason(make_spec(), torch.device("cuda", 0), False) is None
 
 
 def test_the_epoch_is_transformed_in_chunks_without_changing_any_batch(monkeypatch):

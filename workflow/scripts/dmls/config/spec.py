@@ -93,17 +93,32 @@ class RunSpec:
     def run_id(self) -> str:
         return f"{self.study}/{self.run}"
 
+    # What the torch-free side (Snakemake, the supervisor) needs to know of a launcher. How each
+    # one trains (wrapping, backward, gradient sync, optimizer step) is its strategy class in
+    # training/parallel.py; launch.py builds its command.
     @property
     def processes(self) -> int:
         """Training processes started: one per replica under torchrun/accelerate, else one."""
         return self.replicas if self.launcher in ("torchrun", "accelerate") else 1
 
     @property
+    def replicates_in_one_process(self) -> bool:
+        """nn.DataParallel: one process copies the model to each of its GPUs in every step."""
+        return self.launcher == "dp"
+
+    @property
+    def precision_by_launcher(self) -> bool:
+        """accelerate applies the mixed precision itself (autocast, loss scaling, fp8 through
+        its backends), from `accelerate launch --mixed_precision`; for every other launcher the
+        engine does (training/precision.py)."""
+        return self.launcher == "accelerate"
+
+    @property
     def cpu_shares(self) -> int:
         """Processes' worth of CPU cores the run gets (`cluster.cpus_per_process` each): one per
         process, and for DataParallel one per GPU its one process drives, so that A1 compares
         launchers with the same cores per GPU (README, "The whole DAG on one GPU machine")."""
-        return self.replicas if self.launcher == "dp" else self.processes
+        return self.replicas if self.replicates_in_one_process else self.processes
 
     @property
     def replicas(self) -> int:
@@ -113,7 +128,9 @@ class RunSpec:
     @property
     def requested_gpus(self) -> int:
         """GPUs the spec itself asks for ('auto' asks for none: it takes what it finds)."""
-        wants_cuda = self.device == "cuda" or self.launcher == "dp" or self.backend == "nccl"
+        wants_cuda = (
+            self.device == "cuda" or self.replicates_in_one_process or self.backend == "nccl"
+        )
         return self.replicas if wants_cuda else 0
 
     @property

@@ -96,7 +96,7 @@ def _file_digest(path: Path, algo: str) -> str:
     return h.hexdigest()
 
 
-def _channel_stats(x: np.ndarray) -> tuple[list[float], list[float]]:
+def channel_mean_std(x: np.ndarray) -> tuple[list[float], list[float]]:
     """Per-channel mean/std of uint8 NCHW images scaled to [0,1].
 
     Exact integer sums in chunks: a float64 copy of CIFAR's train set would need 1.2 GB.
@@ -589,7 +589,7 @@ def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
         return manifest
 
     is_image = x_train.ndim == 4
-    mean, std = _channel_stats(x_train) if is_image else (None, None)
+    mean, std = channel_mean_std(x_train) if is_image else (None, None)
     arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
     # Uncompressed: training loads it every run, and image data barely compresses anyway.
     atomic_write(npz_path, lambda f: np.savez(f, **arrays))

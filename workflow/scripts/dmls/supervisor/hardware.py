@@ -94,7 +94,7 @@ def missing_requirement(spec: RunSpec, host: Host, *, nodes_here: int) -> str | 
     it), or None when it can."""
     device = resolved_device(spec, host)
     fix = "run it on a machine that has them, or use the CPU preset (--configfile config/cpu.yaml)"
-    if spec.launcher == "dp" and device != "cuda":
+    if spec.replicates_in_one_process and device != "cuda":
         return (
             "nn.DataParallel replicates a model over CUDA devices; on the CPU it would be one "
             f"process on one device, so there is no parallelism to measure ({fix})"
@@ -113,7 +113,7 @@ def missing_requirement(spec: RunSpec, host: Host, *, nodes_here: int) -> str | 
         too_old = [c for c in host.cuda_capabilities if c < FP8_MIN_CAPABILITY]
         if too_old:
             return f"fp8 needs compute capability >= 8.9; this host's GPUs have {too_old}"
-        usable = ("torchao",) if spec.launcher != "accelerate" else FP8_BACKENDS
+        usable = FP8_BACKENDS if spec.precision_by_launcher else ("torchao",)
         if not set(usable) & set(host.fp8_backends):
             return (
                 "fp8 training needs one of " + ", ".join(usable) + " installed "

@@ -91,3 +91,30 @@ class Fault:
         if self.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         return loss * float("nan")
+
+
+class Drill:
+    """One rank's fault drill: the fault fires in the micro-step halfway through its epoch."""
+
+    def __init__(self, fault: Fault, run_id: str, rank: int) -> None:
+        self.fault, self.run_id, self.rank = fault, run_id, rank
+        self.due: int | None = None  # the micro-step of this epoch that fires, if any
+        self.micro_steps = 0
+
+    @classmethod
+    def from_env(cls, run_id: str, rank: int) -> Drill | None:
+        """The drill `DMLS_FAULT` asks of run `run_id`, None when it asks none of it."""
+        fault = Fault.from_env()
+        return cls(fault, run_id, rank) if fault is not None and fault.targets(run_id) else None
+
+    def start_epoch(self, epoch: int, micro_steps: int) -> None:
+        """A new (1-based) epoch of `micro_steps` micro-steps begins."""
+        hits = self.fault.hits(self.run_id, self.rank, epoch)
+        self.due, self.micro_steps = (micro_steps // 2 if hits else None), 0
+
+    def __call__(self, loss: torch.Tensor) -> torch.Tensor:
+        """The micro-step's loss, or what the fault makes of it when this is its step."""
+        if self.micro_steps == self.due:
+            loss = self.fault.fire(loss)
+        self.micro_steps += 1
+        return loss

@@ -1,0 +1,147 @@
+"""One rank's training and test batches: through the course's DataLoader (`loader: torch`) or
+resident on the training device (`loader: device`, data/device_resident.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+
+from dmls.config.spec import RunSpec
+from dmls.data import datasets
+from dmls.data.device_resident import CROP_PADDING, BatchAugment, DeviceBatches, DeviceLoader
+
+
+@dataclass
+class Loaders:
+    """One rank's training batches (and the sampler that orders them) and test batches."""
+
+    train: Any  # DataLoader or DeviceLoader: `len()`, iteration, and a `sampler` with set_epoch
+    test: Any
+    sampler: DistributedSampler
+    n_train: int
+    n_test: int
+    manifest: dict
+
+
+def normalization(manifest: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training set's per-channel mean and std (prepared with the dataset), shaped to
+    broadcast over (C, H, W)."""
+    return (
+        torch.tensor(manifest["mean"]).view(-1, 1, 1),
+        torch.tensor(manifest["std"]).view(-1, 1, 1),
+    )
+
+
+def normalize(images: torch.Tensor, manifest: dict) -> torch.Tensor:
+    """uint8 (…, C, H, W) → float, scaled to [0, 1] and standardised per channel."""
+    mean, std = normalization(manifest)
+    return (images.float() / 255 - mean) / std
+
+
+class AugmentedImages(Dataset):
+    """uint8 NCHW images augmented one sample at a time (torchvision), as the course does,
+    then standardised like the test set."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, spec: RunSpec, manifest: dict):
+        from torchvision.transforms import v2  # imported only here: it costs seconds per process
+
+        self.images, self.labels = torch.from_numpy(images), torch.from_numpy(labels)
+        self.mean, self.std = normalization(manifest)
+        channels, size = manifest["input_shape"][0], manifest["input_shape"][1]
+        aug = spec.augment
+        steps: list[Any] = [v2.ToDtype(torch.float32, scale=True)]
+        if aug.random_crop:
+            steps.append(v2.RandomCrop(size, padding=CROP_PADDING))
+        if aug.horizontal_flip:
+            steps.append(v2.RandomHorizontalFlip())
+        if aug.color_jitter:
+            saturation = aug.color_jitter if channels == 3 else 0.0  # grey images have none
+            steps.append(v2.ColorJitter(aug.color_jitter, aug.color_jitter, saturation))
+        if aug.rotation_degrees:
+            steps.append(v2.RandomRotation(aug.rotation_degrees))
+        self.augment = v2.Compose(steps)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return (self.augment(self.images[i]) - self.mean) / self.std, self.labels[i]
+
+
+def _has_augmentation(spec: RunSpec) -> bool:
+    a = spec.augment
+    return a.random_crop or a.horizontal_flip or bool(a.color_jitter) or bool(a.rotation_degrees)
+
+
+def make_loaders(
+    spec: RunSpec,
+    data_dir: Path,
+    *,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    samples_per_step: int,
+    memory_format: torch.memory_format,
+) -> Loaders:
+    """Rank `rank`'s shard of the dataset in batches of `samples_per_step` (what one process
+    takes per micro-step), on `device` for `loader: device`."""
+    ds = datasets.load(data_dir, spec.dataset)
+    x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
+    if spec.train_samples:
+        x_train, y_train = x_train[: spec.train_samples], y_train[: spec.train_samples]
+    if spec.test_samples:
+        x_test, y_test = x_test[: spec.test_samples], y_test[: spec.test_samples]
+    # Every launcher shards through DistributedSampler, a single process with 1 replica: the
+    # shuffled order is then the same, and 2 ranks × batch B/2 see exactly 1 rank × batch B.
+    sampler = DistributedSampler(
+        range(len(y_train)), num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed
+    )
+    # fp8 GEMMs need the batch divisible by 16 in the weight-gradient matmul too, so fp8 runs drop
+    # a ragged last batch (fewer than batch_size samples per epoch go unseen).
+    drop_last = spec.precision == "fp8"
+    # Test shards without DistributedSampler's padding, so the reduced metrics cover every
+    # test sample exactly once.
+    shard = slice(rank, None, world_size)
+    test_batch = max(samples_per_step, 256)
+    images = x_train.ndim == 4
+    test_x = normalize(torch.from_numpy(x_test), ds.manifest) if images else x_test
+    test_x, test_y = torch.as_tensor(test_x)[shard], torch.from_numpy(y_test)[shard]
+
+    if spec.loader == "device":
+        transform = None
+        if images:
+            transform = BatchAugment(
+                spec.augment, ds.manifest["mean"], ds.manifest["std"], device, memory_format
+            )
+            test_x = test_x.contiguous(memory_format=memory_format)
+        train = DeviceLoader(
+            torch.from_numpy(x_train).to(device), torch.from_numpy(y_train).to(device),
+            sampler, samples_per_step, drop_last, transform,
+        )  # fmt: skip
+        test = DeviceBatches(test_x.to(device), test_y.to(device), test_batch)
+    else:
+        if not images:  # feature vectors: already float32, nothing to transform
+            train_set = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
+        elif _has_augmentation(spec):
+            train_set = AugmentedImages(x_train, y_train, spec, ds.manifest)
+        else:  # every epoch sees the same tensors: convert once, not per sample
+            train_set = TensorDataset(
+                normalize(torch.from_numpy(x_train), ds.manifest), torch.from_numpy(y_train)
+            )
+        common = dict(
+            num_workers=spec.num_workers,
+            pin_memory=device.type == "cuda",
+            persistent_workers=spec.num_workers > 0,
+        )
+        train = DataLoader(
+            train_set, batch_size=samples_per_step, sampler=sampler, drop_last=drop_last, **common
+        )
+        test = DataLoader(
+            TensorDataset(test_x, test_y), batch_size=test_batch, shuffle=False, **common
+        )
+    return Loaders(train, test, sampler, len(y_train), len(y_test), ds.manifest)

@@ -1,0 +1,343 @@
+"""How a run does data parallelism: one class per way, chosen once from the spec's launcher.
+
+| launcher     | strategy                  | processes × devices   | gradients averaged by     |
+|--------------|---------------------------|-----------------------|---------------------------|
+| `single`     | `SingleDevice`            | 1 × 1                 | (nothing to average)      |
+| `dp`         | `DataParallel`            | 1 × N GPUs            | summing onto GPU 0        |
+| `torchrun`   | `DistributedDataParallel` | N × 1 (torchrun's)    | DDP's bucketed all-reduce |
+| `accelerate` | `Accelerate`              | N × 1 (accelerate's)  | the DDP accelerate builds |
+
+A strategy joins the process group the launcher prepared (`join`), wraps the model
+(`prepare`), runs the backward (`backward`), skips the gradient all-reduce on the micro-steps
+before an optimizer step (`no_sync`), steps the optimizer with its loss scaler
+(`optimizer_step`), and says why a CUDA graph can't capture its step (`capture_blockers`).
+The trainer calls only these, so it reads the same for every launcher; outside this module only
+launch.py (the commands) and the spec (what the torch-free side needs) look at the launcher.
+
+Adding FSDP is one more class, a subclass of `DistributedDataParallel` (same process group,
+same launcher): `prepare` applies `fully_shard` to each block and then to the model, `no_sync`
+becomes `model.set_requires_gradient_sync(False)` around the micro-steps, `model_state` and
+`load_model_state` gather and scatter the full state dict (torch.distributed.checkpoint's
+`get_model_state_dict` / `set_model_state_dict`), and `capture_blockers` names what its
+all-gathers need; the trainer, the steps and the checkpoints stay as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dmls.config.spec import RunSpec
+
+COLLECTIVE_TIMEOUT = timedelta(minutes=5)
+AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class WorldSizeMismatch(RuntimeError):
+    """The launcher started a different number of processes than the spec asks for."""
+
+
+@dataclass
+class Process:
+    """Who this process is, from what torchrun / accelerate put in the environment."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.is_distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def gather(self, obj: Any) -> list[Any]:
+        if not self.is_distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def close(self) -> None:
+        if self.is_distributed and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+class SingleDevice:
+    """`launcher: single`: one process trains on one device, the course's baseline. The other
+    strategies change only what differs from it."""
+
+    launcher: ClassVar[str] = "single"
+    # Eager steps before a CUDA graph is captured (steps.CapturedStep): the first steps
+    # allocate, autotune and (compiled) compile.
+    graph_warmup_steps: ClassVar[int] = 3
+    # Fixed shapes: let cuDNN time its convolution algorithms once (the fast step only).
+    cudnn_autotune: ClassVar[bool] = True
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.process: Process | None = None  # set by `join`
+        self.module: nn.Module | None = None  # the prepared (wrapped) model
+        self.scaler: torch.amp.GradScaler | None = None
+
+    # -- processes
+    def join(self) -> Process:
+        """Join the process group the launcher prepared; check it is the one the spec asked
+        for."""
+        device = self._device(0)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        return self._checked(Process(0, 0, 1, 0, device))
+
+    def _checked(self, process: Process) -> Process:
+        spec = self.spec
+        self.process = process
+        if process.world_size != spec.processes:
+            # Cheap to check, expensive to miss: `accelerate launch --multi_gpu` on a CPU host
+            # silently starts independent single-process trainings.
+            raise WorldSizeMismatch(
+                f"run {spec.run_id} asks for {spec.processes} process(es) "
+                f"({spec.nodes} node(s) × {spec.nproc_per_node}) but the launcher started a "
+                f"world of {process.world_size} (rank {process.rank})"
+            )
+        return process
+
+    def _device(self, local_rank: int) -> torch.device:
+        spec = self.spec
+        use_cuda = spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available())
+        if use_cuda and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"run {spec.run_id} asks for device 'cuda' but CUDA is not available"
+            )
+        return torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+
+    @staticmethod
+    def _node_rank() -> int:
+        return int(os.environ.get("GROUP_RANK", 0))
+
+    def gpu_indices(self) -> list[int]:
+        """The GPUs this process trains on."""
+        device = self.process.device
+        return [device.index] if device.type == "cuda" else []
+
+    def close(self) -> None:
+        """Leave the process group (after the step has freed what it held of it)."""
+        self.process.close()
+
+    # -- data
+    @property
+    def samples_per_step(self) -> int:
+        """Samples one process takes per micro-step."""
+        return self.spec.batch_size
+
+    # -- precision: the engine's own (training/precision.py), unless the launcher applies it
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return AUTOCAST_DTYPES.get(self.spec.precision)
+
+    @property
+    def converts_to_float8(self) -> bool:
+        """Whether the engine swaps Linear layers for torchao's fp8 ones."""
+        return self.spec.precision == "fp8"
+
+    @property
+    def loss_scaler(self) -> torch.amp.GradScaler | None:
+        """The loss scaler in use (fp16), whose state a checkpoint keeps; None when none is."""
+        return self.scaler if self.scaler is not None and self.scaler.is_enabled() else None
+
+    # -- the model and its step
+    def prepare(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+    ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+        """The model as it trains (wrapped), and the optimizer and scheduler that step it."""
+        fp16 = self.spec.precision == "fp16"
+        self.scaler = torch.amp.GradScaler(self.process.device.type, enabled=fp16)
+        self.module = self._wrap(model)
+        return self.module, optimizer, scheduler
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
+        """Skip the gradient all-reduce (the micro-steps before an optimizer step)."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.step(optimizer)  # a plain step when the scaler is disabled
+        self.scaler.update()
+
+    def capture_blockers(self) -> list[str]:
+        """Why this strategy's step can't be captured as a CUDA graph (none: it can)."""
+        return []
+
+    # -- checkpoints
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's weights, on the CPU."""
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    def load_model_state(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        model.load_state_dict(state)
+
+
+class DataParallel(SingleDevice):
+    """`launcher: dp`: nn.DataParallel, one process driving `nproc_per_node` GPUs. Each step it
+    splits the batch, copies the model to every GPU and sums the gradients on GPU 0."""
+
+    launcher = "dp"
+    # Not under DataParallel, which runs its replicas in new threads every step: with
+    # autotuning on, its step took 111 ms instead of 7 (2× H100, torch 2.11), as if it were
+    # tuned again each time.
+    cudnn_autotune = False
+
+    def gpu_indices(self) -> list[int]:
+        cuda = self.process.device.type == "cuda"
+        return list(range(self.spec.nproc_per_node)) if cuda else []
+
+    @property
+    def samples_per_step(self) -> int:
+        # DataParallel splits one batch over its GPUs: batch_size is per GPU, as for DDP.
+        return self.spec.batch_size * self.spec.nproc_per_node
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        return nn.DataParallel(model, device_ids=list(range(self.spec.nproc_per_node)))
+
+    def capture_blockers(self) -> list[str]:
+        return ["DataParallel copies the model to its GPUs from Python in every step"]
+
+
+def _gloo_blocker(spec: RunSpec) -> list[str]:
+    if spec.backend == "gloo" and spec.replicas > 1:
+        return [
+            "gloo all-reduces CUDA tensors through host memory, which a CUDA graph can't capture"
+        ]
+    return []
+
+
+class DistributedDataParallel(SingleDevice):
+    """`launcher: torchrun`: one process per replica, started by torchrun; DDP all-reduces the
+    gradients in buckets while the backward still runs."""
+
+    launcher = "torchrun"
+    # DDP's first iterations log and rebuild its buckets.
+    graph_warmup_steps = 11
+
+    def join(self) -> Process:
+        if "RANK" not in os.environ:
+            raise RuntimeError("launcher 'torchrun' but RANK is unset: start train.py via torchrun")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = self._device(local_rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            backend=self.spec.backend,
+            timeout=COLLECTIVE_TIMEOUT,
+            # NCCL binds its communicator to this GPU (and barrier() knows which one to use).
+            device_id=device if self.spec.backend == "nccl" else None,
+        )
+        process = Process(
+            dist.get_rank(), local_rank, dist.get_world_size(), self._node_rank(), device
+        )
+        return self._checked(process)
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        device = self.process.device
+        ids = [device.index] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
+        return self.module.no_sync() if skip else contextlib.nullcontext()
+
+    def capture_blockers(self) -> list[str]:
+        return _gloo_blocker(self.spec)
+
+
+class Accelerate(SingleDevice):
+    """`launcher: accelerate`: `accelerate launch` starts the processes, and its Accelerator
+    prepares the model (DDP), the optimizer and the mixed precision (`--mixed_precision`, with
+    its own loss scaler). Data sharding stays ours, the same for every launcher."""
+
+    launcher = "accelerate"
+
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
+        self.accelerator: Any = None
+
+    def join(self) -> Process:
+        from accelerate import Accelerator
+        from accelerate.utils import InitProcessGroupKwargs
+
+        # Mixed precision and CPU mode come from `accelerate launch` flags (environment).
+        acc = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=COLLECTIVE_TIMEOUT)])
+        self.accelerator = acc
+        process = Process(
+            acc.process_index, acc.local_process_index, acc.num_processes, self._node_rank(),
+            acc.device,
+        )  # fmt: skip
+        return self._checked(process)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return None  # accelerate's prepared model autocasts itself
+
+    @property
+    def converts_to_float8(self) -> bool:
+        return False  # accelerate's fp8 backends convert the model in `prepare`
+
+    @property
+    def loss_scaler(self) -> torch.amp.GradScaler | None:
+        return self.accelerator.scaler
+
+    def prepare(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+    ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
+        acc = self.accelerator
+        if scheduler is None:
+            self.module, optimizer = acc.prepare(model, optimizer)
+        else:
+            self.module, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
+        return self.module, optimizer, scheduler
+
+    def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
+        return self.accelerator.no_sync(self.module) if skip else contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.accelerator.backward(loss)  # applies accelerate's own loss scaling
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()  # accelerate's optimizer unscales and skips inf steps itself
+
+    def capture_blockers(self) -> list[str]:
+        return [
+            "accelerate prepares the model, optimizer and scaler its own way",
+            *_gloo_blocker(self.spec),
+        ]
+
+
+STRATEGIES: dict[str, type[SingleDevice]] = {
+    cls.launcher: cls for cls in (SingleDevice, DataParallel, DistributedDataParallel, Accelerate)
+}
+
+
+def strategy_for(spec: RunSpec) -> SingleDevice:
+    """The strategy of `spec`'s launcher (nothing started yet: `join` does that)."""
+    return STRATEGIES[spec.launcher](spec)

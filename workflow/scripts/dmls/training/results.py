@@ -1,0 +1,97 @@
+"""What a run reports: each rank's facts, and the result rank 0 hands to the supervisor
+(supervisor/supervise.py writes it into the run's metrics.json)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+from typing import Any
+
+import torch
+
+from dmls.training.parallel import Process
+
+
+def rank_facts(process: Process, gpu_indices: list[int]) -> dict[str, Any]:
+    """Where this rank ran and what it used at most."""
+    gpus = [
+        {
+            "index": i,
+            "name": torch.cuda.get_device_name(i),
+            "peak_gpu_mem_allocated_bytes": torch.cuda.max_memory_allocated(i),
+            "peak_gpu_mem_reserved_bytes": torch.cuda.max_memory_reserved(i),
+        }
+        for i in gpu_indices
+    ]
+    return {
+        "rank": process.rank,
+        "local_rank": process.local_rank,
+        "node_rank": process.node_rank,
+        "hostname": socket.gethostname(),
+        "slurm_node": os.environ.get("SLURMD_NODENAME"),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "device": str(process.device),
+        "gpus": gpus,
+        # Where the rank was allowed to run (a local run's reservation, or Slurm's allocation).
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        # ru_maxrss is in KiB on Linux; DataLoader workers are separate processes, not counted.
+        "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def run_result(
+    outcome: dict[str, Any],
+    *,
+    times: dict[str, float],
+    n_train: int,
+    n_test: int,
+    manifest: dict,
+    effective_precisions: list[str],
+    fp8_linear_layers: int,
+    step: dict[str, Any],
+    world_size: int,
+    ranks: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The run's result from `Trainer.fit`'s outcome. `times` holds perf_counter stamps:
+    `start`, `joined` (the process group), `fit_start` and `fit_end`."""
+    history = outcome["history"]
+    train_time = sum(h["train_time_s"] for h in history)
+    last = history[-1] if history else {}
+    return {
+        "status": outcome["status"],
+        "reason": outcome["reason"],
+        "history": history,
+        "final": {
+            "train_loss": last.get("train_loss"),
+            "train_accuracy": last.get("train_accuracy"),
+            "test_loss": last.get("test_loss"),
+            "test_accuracy": last.get("test_accuracy"),
+            "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
+            "epochs_completed": len(history),
+            "stopped_early_epoch": outcome["stopped_early_epoch"],
+            "diverged_epoch": outcome["diverged_epoch"],
+        },
+        "resumed_from_epoch": outcome["resumed_from_epoch"],
+        # Where the run's seconds went, in order: joining the process group, loading the
+        # data and building the model (setup); the epochs (train, eval, checkpoints);
+        # gathering the results, saving the model and leaving the group (teardown; it and
+        # the wall time are set by the caller, last). train.py adds the imports before it all.
+        "timing": {
+            "setup_s": times["fit_start"] - times["start"],
+            "process_group_s": times["joined"] - times["start"],  # of setup: NCCL's init
+            "train_time_s": train_time,
+            "eval_time_s": sum(h["eval_time_s"] for h in history),
+            "checkpoint_time_s": outcome["checkpoint_time_s"],
+            "fit_s": times["fit_end"] - times["fit_start"],
+            "samples_per_s": n_train * len(history) / train_time if train_time else None,
+        },
+        "effective_precision": "/".join(sorted(set(effective_precisions))),
+        "fp8_linear_layers": fp8_linear_layers,
+        "step": step,
+        "data": {k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape")}
+        | {"n_train": n_train, "n_test": n_test},
+        "world_size": world_size,
+        "ranks": ranks,
+    }
