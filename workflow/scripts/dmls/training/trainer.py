@@ -83,9 +83,9 @@ class Trainer:
         steps_per_epoch = math.ceil(len(self.data.train) / spec.grad_accum_steps)
         scheduler = make_scheduler(spec, optimizer, steps_per_epoch)
 
-        self.eager_reason = eager_reason(spec, strategy, device, fault_drill=drill is not None)
+        reason = eager_reason(spec, strategy, device, fault_drill=drill is not None)
         # Graphs are captured on a side stream, and DDP must be built on the stream it runs on.
-        stream = torch.cuda.Stream(device) if self.eager_reason is None else None
+        stream = torch.cuda.Stream(device) if reason is None else None
         self.autocast = Autocast(device.type, strategy.autocast_dtype, cache_enabled=stream is None)
         self.stream, self.drill = stream, drill
         with on_stream(stream):
@@ -95,7 +95,7 @@ class Trainer:
             self.step = build_step(
                 spec, self.module, strategy, self.optimizer,
                 nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing), self.autocast, device,
-                stream=stream, reason=self.eager_reason, drill=drill,
+                stream=stream, reason=reason, drill=drill,
             )  # fmt: skip
 
     # -- epochs
