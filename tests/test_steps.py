@@ -60,8 +60,8 @@ def eager_step(spec, drill=None):
     module, optimizer, _ = strategy.prepare(model, optimizer, None)
     autocast = Autocast("cpu", None, cache_enabled=True)
     step = build_step(
-        spec, module, strategy, optimizer, nn.CrossEntropyLoss(), autocast, CPU,
-        stream=None, reason="because", drill=drill,
+        spec, stream=None, reason="because", drill=drill, module=module, strategy=strategy,
+        optimizer=optimizer, criterion=nn.CrossEntropyLoss(), autocast=autocast, device=CPU,
     )  # fmt: skip
     return step, model
 

@@ -251,29 +251,24 @@ Step = EagerStep | CapturedStep
 
 def build_step(
     spec: RunSpec,
-    module: nn.Module,
-    strategy: SingleDevice,
-    optimizer: torch.optim.Optimizer,
-    criterion: nn.Module,
-    autocast: Autocast,
-    device: torch.device,
     *,
     stream: torch.cuda.Stream | None,
     reason: str | None,
     drill: Callable[[torch.Tensor], torch.Tensor] | None,
+    **parts: Any,
 ) -> Step:
     """The run's step: captured on `stream` when there is one (the run's `reason` to step
-    eagerly is None), compiled first for `step: compile`; else eager."""
-    args = (module, strategy, optimizer, criterion, autocast, device)
+    eagerly is None), compiled first for `step: compile`; else eager. `parts` are what an
+    `EagerStep` is made of (module, strategy, optimizer, criterion, autocast, device)."""
     if stream is None:
-        return EagerStep(*args, reason=reason, drill=drill)
-    inner = (CompiledStep if spec.step == "compile" else EagerStep)(*args)
+        return EagerStep(**parts, reason=reason, drill=drill)
+    inner = (CompiledStep if spec.step == "compile" else EagerStep)(**parts)
     captured = CapturedStep(
         inner,
-        strategy.graph_warmup_steps,
+        inner.strategy.graph_warmup_steps,
         stream,
         batch_size=spec.batch_size,
         divisor=spec.grad_accum_steps,
     )
-    torch.cuda.synchronize(device)  # the side stream starts after the setup copies
+    torch.cuda.synchronize(inner.sums.device)  # the side stream starts after the setup copies
     return captured

@@ -93,9 +93,9 @@ class Trainer:
                 self.model, optimizer, scheduler
             )
             self.step = build_step(
-                spec, self.module, strategy, self.optimizer,
-                nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing), self.autocast, device,
-                stream=stream, reason=reason, drill=drill,
+                spec, stream=stream, reason=reason, drill=drill, module=self.module,
+                strategy=strategy, optimizer=self.optimizer, autocast=self.autocast,
+                criterion=nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing), device=device,
             )  # fmt: skip
 
     # -- epochs
