@@ -3,6 +3,7 @@
 from snakemake.exceptions import WorkflowError
 
 from dmls.supervisor.slurm import job_resources, status_check_problem
+from dmls.report import captions
 from dmls.report.study import run_labels
 from dmls.config.spec import resolve_runs
 
@@ -73,6 +74,20 @@ def study_title(wildcards, params):
 
 def curve_labels(wildcards, params):
     return params.labels[wildcards.run]
+
+
+# The figure captions (report/captions.yaml), the same words as in the HTML report.
+CAPTIONS = captions.load(Path(workflow.basedir) / "report" / "captions.yaml")
+
+
+def figure_captions(wildcards):
+    """Every figure kind's caption for one study in Snakemake's report, with the study's
+    baseline (as dmls.report.study.Study picks it) and the study it is compared with."""
+    settings = config["studies"][wildcards.study]
+    baseline = settings.get("baseline") or RUNS[STUDY_RUNS[wildcards.study][0]].run
+    return captions.for_snakemake_report(
+        CAPTIONS, baseline=baseline, compare_with=settings.get("compare_with")
+    )
 
 
 def special_study_outputs():

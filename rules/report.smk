@@ -1,5 +1,6 @@
 # The report: one section per study (tables, observations, figures), then one HTML page.
-# Figures and tables are also marked for `snakemake --report` (captions in report/*.rst).
+# Figures and tables are also marked for `snakemake --report` (captions in report/*.rst; the
+# figures' words come from report/captions.yaml, which the HTML report shows too).
 
 
 rule report_study:
@@ -47,6 +48,8 @@ rule report_study:
             config["studies"][wildcards.study].get("compare_with"), {}
         ),
         labels=lambda wildcards: STUDY_LABELS[wildcards.study],
+        # Each figure's caption in Snakemake's report (report/figure.rst prints it).
+        captions=figure_captions,
     script:
         "../workflow/scripts/report_study.py"
 
@@ -61,7 +64,7 @@ rule render_report:
         manifests=all_manifests(),
         template="report/report.html.j2",
         special="report/special.html.j2",
-        captions="report/captions.html.j2",
+        captions="report/captions.yaml",
         css="report/report.css",
         texts="report/studies.yaml",
     output:

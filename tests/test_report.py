@@ -1,17 +1,21 @@
 """dmls.report: study tables, observations computed from numbers, figures and the HTML page."""
 
 import copy
+import html
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import jinja2
 import pytest
 import yaml
 
 from conftest import ROOT, make_spec
 from dmls.files import write_json
-from dmls.report import figures, html, observations, section, special
+from dmls.report import captions, figures, observations, page, section, special
 from dmls.report.aggregate import collect
-from dmls.report.study import MIB, ReportError, Study, run_labels, varying_settings
+from dmls.report.cells import MIB
+from dmls.report.study import ReportError, Study, run_labels, varying_settings
 
 
 def fake_metrics(
@@ -387,7 +391,7 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         },
     )
     config = {"studies": {"parallelism": {"title": f"A1 {hostile}"}}}
-    page = html.render(
+    rendered = page.render(
         template_dir=ROOT / "report",
         texts_path=ROOT / "report" / "studies.yaml",
         section_paths=[tmp_path / "parallelism" / "section.json"],
@@ -398,16 +402,16 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         config=copy.deepcopy(config),
         workflow_dir=ROOT,
     )
-    assert hostile not in page and "&lt;script&gt;alert(" in page
-    assert page.count("<script>") == 1  # only the table-sorting script of the template
+    assert hostile not in rendered and "&lt;script&gt;alert(" in rendered
+    assert rendered.count("<script>") == 1  # only the table-sorting script of the template
     # overview, curves, speedup, generalization; 3 runs' curves; A2's generalization again.
-    assert len(re.findall(r'src="data:image/png;base64,', page)) == 4 + 3 + 1
-    assert 'href="data:text/csv;base64,' in page
-    assert "SYNTHETIC" in page and "1 × NVIDIA H100" in page and "580.1" in page
-    assert "Course reference (other students" in page  # labelled apart from our numbers
-    assert "no CUDA GPU on this host" in page
+    assert len(re.findall(r'src="data:image/png;base64,', rendered)) == 4 + 3 + 1
+    assert 'href="data:text/csv;base64,' in rendered
+    assert "SYNTHETIC" in rendered and "1 × NVIDIA H100" in rendered and "580.1" in rendered
+    assert "Course reference (other students" in rendered  # labelled apart from our numbers
+    assert "no CUDA GPU on this host" in rendered
     # No number from the skipped run anywhere in its row of the results table.
-    row = re.search(r"<tr class=\"not-ok\"><td>dataparallel_2gpu</td>.*?</tr>", page, re.S)
+    row = re.search(r"<tr class=\"not-ok\"><td>dataparallel_2gpu</td>.*?</tr>", rendered, re.S)
     assert row and not re.search(r">\s*\d", row.group(0).split("colspan")[0])
 
 
@@ -425,6 +429,29 @@ def test_rst_captions_of_the_rules_exist():
     rules = (ROOT / "rules" / "report.smk").read_text()
     for caption in re.findall(r'caption="\.\./(report/[\w.]+)"', rules):
         assert Path(ROOT / caption).is_file(), caption
+
+
+def test_both_reports_caption_each_figure_kind_with_the_same_words():
+    """report/captions.yaml is the one source: the HTML report escapes the study's names,
+    report/figure.rst (rendered as Snakemake renders captions) shows them as literals."""
+    texts = captions.load(ROOT / "report" / "captions.yaml")
+    kinds = {"overview", "curves", "speedup", "grid", "sweep", "generalization", "comparison"}
+    assert set(texts["figures"]) == kinds | {"no_results"}
+    rst = captions.for_snakemake_report(texts, baseline="b<1>", compare_with="c")
+    figure_rst = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(
+        (ROOT / "report" / "figure.rst").read_text()
+    )
+    for kind in texts["figures"]:
+        shown = captions.for_html(texts, kind, {"baseline": "b<1>", "compare_with": "c"})
+        assert html.unescape(shown) == rst[kind].replace("``", "")
+        job = SimpleNamespace(
+            wildcards=SimpleNamespace(figure=kind), params=SimpleNamespace(captions=rst)
+        )
+        assert figure_rst.render(snakemake=job).strip() == rst[kind]
+    assert "b&lt;1&gt;" in captions.for_html(
+        texts, "speedup", {"baseline": "b<1>", "compare_with": None}
+    )
+    assert "comparison" not in captions.for_snakemake_report(texts, baseline="b", compare_with=None)
 
 
 def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):

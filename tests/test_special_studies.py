@@ -7,6 +7,7 @@ import yaml
 
 from conftest import SCHEMA
 from dmls.files import read_json
+from dmls.joblog import job_log
 from dmls.special import runner
 
 
@@ -67,7 +68,8 @@ def test_the_extension_build_job_says_why_it_built_nothing_on_a_host_without_gpu
         output=SimpleNamespace(record=str(record_path)),
         params=SimpleNamespace(build_root=str(tmp_path / "ext")),
     )
-    runner.build_from_snakemake(job)
+    with job_log(job.log[0]) as log:
+        runner.build_from_snakemake(job, log)
     record = read_json(record_path)
     assert record["status"] == "skipped" and "no CUDA GPU" in record["reason"]
     assert "TORCH_EXTENSIONS_DIR" not in os.environ  # nothing built, nothing pointed at
@@ -92,5 +94,6 @@ def test_study_c_loads_the_extension_the_build_job_compiled(tmp_path, monkeypatc
         output=SimpleNamespace(summary=str(tmp_path / "fake" / "summary.json")),
         params=SimpleNamespace(study="fake", cfg={"title": "T"}),
     )
-    runner.main_from_snakemake(job)
+    with job_log(job.log[0]) as log:
+        runner.main_from_snakemake(job, log)
     assert seen["dir"] == "/prebuilt"

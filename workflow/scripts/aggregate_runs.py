@@ -3,13 +3,8 @@
 Snakemake puts this folder on sys.path and defines `snakemake` before running the file.
 """
 
-from pathlib import Path
+from dmls.joblog import job_log
+from dmls.report.aggregate import main_from_snakemake
 
-from dmls.files import atomic_write
-from dmls.report.aggregate import collect
-
-smk = snakemake  # noqa: F821
-frame = collect([Path(p) for p in smk.input.metrics])
-atomic_write(Path(smk.output.table), lambda f: frame.to_csv(f, index=False))
-with open(smk.log[0], "w") as log:
-    print(f"{len(frame)} runs: {frame['status'].value_counts().to_dict()}", file=log)
+with job_log(snakemake.log[0]) as log:  # noqa: F821
+    main_from_snakemake(snakemake, log)  # noqa: F821

@@ -4,6 +4,8 @@ CUDA extension ahead of the study.
 Snakemake puts this folder on sys.path and defines `snakemake` before running the file.
 """
 
+from dmls.joblog import job_log
 from dmls.special.runner import build_from_snakemake
 
-build_from_snakemake(snakemake)  # noqa: F821
+with job_log(snakemake.log[0]) as log:  # noqa: F821
+    build_from_snakemake(snakemake, log)  # noqa: F821

@@ -3,6 +3,8 @@
 Snakemake puts this folder on sys.path and defines `snakemake` before running the file.
 """
 
+from dmls.joblog import job_log
 from dmls.special.runner import main_from_snakemake
 
-main_from_snakemake(snakemake)  # noqa: F821
+with job_log(snakemake.log[0]) as log:  # noqa: F821
+    main_from_snakemake(snakemake, log)  # noqa: F821

@@ -649,3 +649,19 @@ def verify(out_dir: Path, name: str) -> None:
             f"{npz_path} is corrupt or was changed after it was prepared: sha256 {actual}, "
             f"expected {expected} (recorded in {manifest_path}); {redo}"
         )
+
+
+def main_from_snakemake(snakemake: Any, log_file: Any) -> None:
+    """Entry of the `prepare_data` rule (workflow/scripts/prepare_data.py): prepare the dataset
+    the wildcard names into the folder of `output.manifest`. It logs through `logging` into
+    the rule's log, open as `log_file` (dmls.joblog)."""
+    name = snakemake.wildcards.dataset
+    manifest_path = Path(snakemake.output.manifest)
+    if manifest_path.name != f"{name}.json":
+        raise ValueError(f"output.manifest must be <out_dir>/{name}.json, got {manifest_path}")
+    prepare(
+        name,
+        snakemake.config["data"].get(name, {}),
+        manifest_path.parent,
+        snakemake.config.get("strict", False),
+    )

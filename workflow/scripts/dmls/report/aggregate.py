@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 
-from dmls.files import read_json
+from dmls.files import atomic_write, read_json
+from dmls.report.cells import joined
 
 # Leading columns, in this order; every spec key follows as a `spec.`-prefixed column.
 SUMMARY_COLUMNS = [
@@ -57,12 +58,8 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
             "hostnames": ";".join(sorted({r["hostname"] for r in ranks})),
         }
     spec = pd.json_normalize(metrics["spec"], sep=".").iloc[0].to_dict()
-    row |= {f"spec.{k}": _cell(v) for k, v in spec.items() if k not in ("study", "run")}
+    row |= {f"spec.{k}": joined(v) for k, v in spec.items() if k not in ("study", "run")}
     return row
-
-
-def _cell(value: Any) -> Any:
-    return ",".join(map(str, value)) if isinstance(value, list | tuple) else value
 
 
 def collect(paths: list[Path]) -> pd.DataFrame:
@@ -71,3 +68,11 @@ def collect(paths: list[Path]) -> pd.DataFrame:
     leading = [c for c in SUMMARY_COLUMNS if c in frame.columns]
     rest = [c for c in frame.columns if c not in leading]
     return frame[leading + rest].sort_values(["study", "run"], kind="stable")
+
+
+def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
+    """Entry of the `aggregate_runs` rule (workflow/scripts/aggregate_runs.py); `log` is the
+    rule's log, open (dmls.joblog)."""
+    frame = collect([Path(p) for p in snakemake.input.metrics])
+    atomic_write(Path(snakemake.output.table), lambda f: frame.to_csv(f, index=False))
+    print(f"{len(frame)} runs: {frame['status'].value_counts().to_dict()}", file=log)

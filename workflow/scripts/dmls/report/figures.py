@@ -17,7 +17,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from dmls.report.study import MIB, OK, Study
+from dmls.files import save_figure
+from dmls.report.cells import MIB
+from dmls.report.study import OK, Study
 
 DPI = 110
 # Every figure of a study draws run i in colour i, so a run keeps its colour across figures.
@@ -25,8 +27,8 @@ COLORS = plt.get_cmap("tab10").colors
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    """Write the figure as a PNG file (atomically, dmls.files) and release it from pyplot."""
+    save_figure(fig, path, dpi=DPI)
     plt.close(fig)
     return path
 

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dmls.report.study import MIB, OK, Study, seconds
+from dmls.report.cells import MIB, seconds
+from dmls.report.study import OK, Study
 
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
 # that epoch-to-epoch noise of a few parts per thousand is not called overfitting.
@@ -142,7 +143,7 @@ def precision_check(study: Study) -> list[str]:
         if asked != "fp32" and asked not in re.split(r"[/+]", str(measured)):
             lines.append(
                 f"{run}: asked for {asked}, but the layers computed in {measured} "
-                "(see the precision probe in dmls/training/trainer.py)."
+                "(see the precision probe in dmls/training/precision.py)."
             )
     return lines
 

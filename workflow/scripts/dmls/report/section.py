@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from dmls.files import atomic_write, write_json
+from dmls.files import atomic_write, read_json, write_json
 from dmls.report import figures, observations
 from dmls.report.study import Study
 
@@ -45,3 +45,29 @@ def build(
 def _relative(path: Path, folder: Path) -> str:
     """Paths in section.json are relative to it, so a results folder can be moved whole."""
     return Path(path).resolve().relative_to(Path(folder).resolve()).as_posix()
+
+
+def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
+    """Entry of the `report_study` rule (workflow/scripts/report_study.py); `log` is the rule's
+    log, open (dmls.joblog)."""
+    study = Study.from_metrics(
+        snakemake.wildcards.study,
+        snakemake.params.settings,
+        [read_json(p) for p in snakemake.input.metrics],
+    )
+    other = None
+    if snakemake.params.compare_with and snakemake.input.compared:
+        other = Study.from_metrics(
+            snakemake.params.compare_with,
+            snakemake.params.compare_settings,
+            [read_json(p) for p in snakemake.input.compared],
+        )
+    built = build(
+        study,
+        other,
+        out_dir=Path(snakemake.output.section).parent,
+        curves_dir=Path(snakemake.output.curves),
+        figures_dir=Path(snakemake.output.figures),
+    )
+    print(f"{study.key}: {len(built['figures'])} figures, {len(built['curves'])} runs", file=log)
+    print("\n".join(built["status"] + built["observations"]), file=log)

@@ -6,13 +6,13 @@ CSV tables and PNG figures (dmls.special.runner); this module only selects and f
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from dmls.files import read_json
+from dmls.report.cells import cell, number
 
 # Per study: the tables to show, as (caption, CSV file, columns; None = all of them).
 TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
@@ -149,22 +149,10 @@ def _table(caption: str, frame: pd.DataFrame, columns: list[str] | None) -> dict
             {
                 "status": row["status"] if has_status else "ok",
                 "reason": "" if ok else str(row.get("reason", "")),
-                "cells": [_cell(row[c]) if ok or c in IDENTIFIERS else "" for c in shown],
+                "cells": [cell(row[c], number, shown=ok or c in IDENTIFIERS) for c in shown],
             }
         )
     return {"caption": caption, "columns": shown, "status": has_status, "rows": rows}
-
-
-def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.4g}"
-    return str(value)
 
 
 def _row_name(row: dict[str, Any]) -> str:

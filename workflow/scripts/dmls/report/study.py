@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from dmls.report import cells
 from dmls.report.aggregate import summarize
 
-MIB = 2**20
 # Only finished runs have numbers in the report; the others show their status and reason.
 OK = "ok"
 # Settings that span the nodes x processes grid of the cluster studies.
@@ -23,44 +23,23 @@ class ReportError(ValueError):
     """A study's report settings don't match its runs (names the config key)."""
 
 
-def _num(fmt: str) -> Callable[[Any], str]:
-    return lambda v: format(v, fmt)
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:.2f}"
-
-
-def seconds(value: float) -> str:
-    """A duration's number: one decimal from 10 s up, two below (tiny test runs)."""
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
-
-def _mib(value: float) -> str:
-    return f"{value / MIB:.1f}"
-
-
-# (column in the summary row, header, formatter); numbers only ever come from `ok` runs.
-RESULT_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
-    ("device", "Device", str),
-    ("effective_precision", "Precision (measured)", str),
-    ("processes", "Processes", str),
-    ("global_batch_size", "Global batch", str),
-    ("epochs_completed", "Epochs", _num(".0f")),
-    ("train_accuracy", "Train acc. (%)", _pct),
-    ("test_accuracy", "Test acc. (%)", _pct),
-    ("train_loss", "Train loss", _num(".4f")),
-    ("test_loss", "Test loss", _num(".4f")),
-    ("train_time_s", "Train time (s)", seconds),
-    ("samples_per_s", "Samples/s", _num(",.0f")),
-    ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)", str),
-    ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)", _mib),
+# (column in the summary row, header), each number shown as dmls.report.cells.FORMATS says;
+# numbers only ever come from `ok` runs.
+RESULT_COLUMNS: list[tuple[str, str]] = [
+    ("device", "Device"),
+    ("effective_precision", "Precision (measured)"),
+    ("processes", "Processes"),
+    ("global_batch_size", "Global batch"),
+    ("epochs_completed", "Epochs"),
+    ("train_accuracy", "Train acc. (%)"),
+    ("test_accuracy", "Test acc. (%)"),
+    ("train_loss", "Train loss"),
+    ("test_loss", "Test loss"),
+    ("train_time_s", "Train time (s)"),
+    ("samples_per_s", "Samples/s"),
+    ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)"),
+    ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)"),
 ]
-
-# How a number of the summary row is shown, in every table of the report.
-FORMATS = {column: fmt for column, _, fmt in RESULT_COLUMNS} | {
-    "peak_gpu_mem_allocated_bytes": _mib
-}
 
 
 @dataclass(frozen=True)
@@ -155,7 +134,7 @@ class Study:
         """What was run: one row per run, one column per setting that varies."""
         columns = ["run", *self.varying]
         rows = [
-            [run, *(_setting(self.runs.at[run, f"spec.{k}"]) for k in self.varying)]
+            [run, *(cells.setting(self.runs.at[run, f"spec.{k}"]) for k in self.varying)]
             for run in self.runs.index
         ]
         return {"columns": columns, "rows": rows}
@@ -165,19 +144,19 @@ class Study:
         rows = []
         for run, row in self.runs.iterrows():
             ran = row["status"] == OK
-            cells = [
-                fmt(row[col]) if ran and _present(row[col]) else ""
-                for col, _, fmt in RESULT_COLUMNS
+            # (A study where no run finished has no columns of numbers at all.)
+            shown = [
+                cells.cell(row.get(col), cells.FORMATS[col], shown=ran) for col, _ in RESULT_COLUMNS
             ]
             rows.append(
-                {"run": run, "status": row["status"], "reason": row["reason"] or "", "cells": cells}
+                {"run": run, "status": row["status"], "reason": row["reason"] or "", "cells": shown}
             )
-        return {"columns": [header for _, header, _ in RESULT_COLUMNS], "rows": rows}
+        return {"columns": [header for _, header in RESULT_COLUMNS], "rows": rows}
 
     def results_frame(self) -> pd.DataFrame:
         """The results as numbers (for CSV): numeric columns blank unless the run is `ok`."""
         columns = ["run", "status", "reason", *(f"spec.{k}" for k in self.varying)]
-        numeric = [c for c, _, _ in RESULT_COLUMNS if c not in ("device", "effective_precision")]
+        numeric = [c for c, _ in RESULT_COLUMNS if c not in ("device", "effective_precision")]
         frame = self.runs.reindex(columns=[*columns, "device", "effective_precision", *numeric])
         frame.loc[frame["status"] != OK, ["effective_precision", *numeric]] = None
         return frame
@@ -186,9 +165,7 @@ class Study:
 def varying_settings(specs: Sequence[dict[str, Any]]) -> list[str]:
     """Dotted spec keys whose value differs between these run specs (their order kept)."""
     flat = pd.json_normalize([dict(spec) for spec in specs], sep=".")
-    flat = flat.drop(columns=["study", "run"], errors="ignore").map(
-        lambda v: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
-    )
+    flat = flat.drop(columns=["study", "run"], errors="ignore").map(cells.joined)
     return [c for c in flat.columns if flat[c].nunique(dropna=False) > 1]
 
 
@@ -196,7 +173,7 @@ def run_labels(specs: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
     """Per run: its name and the settings that vary in its study (Snakemake report labels)."""
     keys = varying_settings(list(specs.values()))
     flat = {run: pd.json_normalize(spec, sep=".").iloc[0] for run, spec in specs.items()}
-    return {run: {"run": run} | {k: _setting(flat[run][k]) for k in keys} for run in specs}
+    return {run: {"run": run} | {k: cells.setting(flat[run][k]) for k in keys} for run in specs}
 
 
 def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
@@ -204,14 +181,4 @@ def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
     if metrics["status"] != OK:
         return None
     gpus = [g for rank in metrics["ranks"] for g in rank["gpus"]]
-    return " / ".join(_mib(g["peak_gpu_mem_allocated_bytes"]) for g in gpus) or None
-
-
-def _setting(value: Any) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "—"
-    return str(value)
-
-
-def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and pd.isna(value))
+    return " / ".join(cells.mib(g["peak_gpu_mem_allocated_bytes"]) for g in gpus) or None

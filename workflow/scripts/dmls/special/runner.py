@@ -13,12 +13,11 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -88,60 +87,46 @@ def run_study(
     return summary
 
 
-@contextlib.contextmanager
-def _job_log(path: str) -> Iterator[None]:
-    """Send this job's logging, warnings and tracebacks to its rule's log file."""
-    with open(path, "w") as log:
-        sys.stderr = log
-        logging.basicConfig(
-            stream=log, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        yield
+def build_from_snakemake(snakemake: Any, log: IO[str]) -> None:
+    """Entry of the `build_fused_conv_relu` rule (workflow/scripts/build_extension.py): compile
+    C's CUDA extension, record how. It logs through `logging` into the rule's `log`, open
+    (dmls.joblog)."""
+    record = fused_conv_relu.prebuild(Path(snakemake.params.build_root), snakemake.threads)
+    logging.info("%s", record)
+    write_json(Path(snakemake.output.record), record)
+    if snakemake.config["strict"] and record["status"] == "failed":
+        raise StudyIncomplete(f"{record['extension']}: {record['reason']}")
 
 
-def build_from_snakemake(snakemake: Any) -> None:
-    """Entry of the `build_fused_conv_relu` rule: compile C's CUDA extension, record how."""
-    with _job_log(snakemake.log[0]):
-        record = fused_conv_relu.prebuild(Path(snakemake.params.build_root), snakemake.threads)
-        logging.info("%s", record)
-        write_json(Path(snakemake.output.record), record)
-        if snakemake.config["strict"] and record["status"] == "failed":
-            raise StudyIncomplete(f"{record['extension']}: {record['reason']}")
-
-
-def main_from_snakemake(snakemake: Any) -> None:
-    """Entry of the special-study rules (`params.study` names the study)."""
+def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
+    """Entry of the special-study rules (workflow/scripts/run_special_study.py; `params.study`
+    names the study). It logs through `logging` into the rule's `log`, open (dmls.joblog)."""
     manifest = getattr(snakemake.input, "manifest", None)
     prebuilt = getattr(snakemake.input, "extension", None)
     if prebuilt and (record := read_json(Path(prebuilt)))["status"] == "ok":
         # Load the extension the build job compiled (rules/studies.smk) instead of compiling
         # it again while this study holds a GPU.
         os.environ["TORCH_EXTENSIONS_DIR"] = record["build_root"]
-    with _job_log(snakemake.log[0]):
-        timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
-        try:
-            with contextlib.ExitStack() as held:
-                if timed:
-                    # Timed like a training run: its own cores and GPU (supervisor/slots.py), held
-                    # until the study ends; set before this process initialises CUDA. The GPUs
-                    # are counted by device_count, which asks NVML: after is_available() (which
-                    # initialises the driver) a narrower CUDA_VISIBLE_DEVICES is ignored.
-                    gpu_names = slots.visible_gpus(torch.cuda.device_count())
-                    reserving = slots.reserve(
-                        min(1, len(gpu_names)), snakemake.threads, gpu_names=gpu_names,
-                        on_wait=logging.info,
-                    )  # fmt: skip
-                    reservation = held.enter_context(reserving)
-                    reservation.apply()
-                    logging.info("reserved %s", reservation.to_dict())
-                run_study(
-                    snakemake.params.study,
-                    snakemake.params.cfg,
-                    Path(snakemake.output.summary).parent,
-                    data_dir=Path(manifest).parent if manifest else None,
-                    threads=snakemake.threads,
-                    strict=snakemake.config["strict"],
-                )
-        except Exception:
-            logging.exception("study %s failed", snakemake.params.study)
-            raise
+    timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
+    with contextlib.ExitStack() as held:
+        if timed:
+            # Timed like a training run: its own cores and GPU (supervisor/slots.py), held
+            # until the study ends; set before this process initialises CUDA. The GPUs are
+            # counted by device_count, which asks NVML: after is_available() (which
+            # initialises the driver) a narrower CUDA_VISIBLE_DEVICES is ignored.
+            gpu_names = slots.visible_gpus(torch.cuda.device_count())
+            reserving = slots.reserve(
+                min(1, len(gpu_names)), snakemake.threads, gpu_names=gpu_names,
+                on_wait=logging.info,
+            )  # fmt: skip
+            reservation = held.enter_context(reserving)
+            reservation.apply()
+            logging.info("reserved %s", reservation.to_dict())
+        run_study(
+            snakemake.params.study,
+            snakemake.params.cfg,
+            Path(snakemake.output.summary).parent,
+            data_dir=Path(manifest).parent if manifest else None,
+            threads=snakemake.threads,
+            strict=snakemake.config["strict"],
+        )

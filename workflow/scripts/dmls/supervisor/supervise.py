@@ -19,7 +19,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -317,25 +316,24 @@ def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, An
     return record
 
 
-def main_from_snakemake(snakemake: Any) -> None:
-    """Entry for the `train` rule's `script:`."""
+def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
+    """Entry of the `train` rule (workflow/scripts/run_experiment.py); `log` is the rule's log,
+    open (dmls.joblog): the launchers' output goes there too."""
     # If Snakemake is killed, stop too (and the launchers with us): a run finished behind its
     # back would be marked incomplete and trained again from scratch, its checkpoint gone.
     launch.die_with_parent(signal.SIGTERM)
     spec = RunSpec.from_json(snakemake.params.spec)
     run_dir = Path(snakemake.output.metrics).parent
     results_dir = Path(snakemake.config["results_dir"])
-    with open(snakemake.log[0], "w") as log:
-        sys.stderr = log
-        run(
-            spec,
-            run_dir=run_dir,
-            data_dir=Path(snakemake.input.manifest).parent,
-            # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
-            checkpoint_path=spec.checkpoint_path(results_dir),
-            log=log,
-            threads=snakemake.threads,
-            strict=snakemake.config["strict"],
-            isolation=snakemake.config["isolation"],
-            host_cache=results_dir / "hosts",
-        )
+    run(
+        spec,
+        run_dir=run_dir,
+        data_dir=Path(snakemake.input.manifest).parent,
+        # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
+        checkpoint_path=spec.checkpoint_path(results_dir),
+        log=log,
+        threads=snakemake.threads,
+        strict=snakemake.config["strict"],
+        isolation=snakemake.config["isolation"],
+        host_cache=results_dir / "hosts",
+    )

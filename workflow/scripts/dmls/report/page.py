@@ -13,15 +13,16 @@ import subprocess
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import jinja2
 import pandas as pd
 import yaml
 
-from dmls.files import read_json
-from dmls.report import special
-from dmls.report.study import FORMATS, MIB, OK
+from dmls.files import atomic_write, read_json
+from dmls.report import captions, special
+from dmls.report.cells import FORMATS, MIB, cell, missing
+from dmls.report.study import OK
 
 # Columns of the all-runs table, in this order (the full table is runs.csv, linked from it).
 ALL_RUNS_COLUMNS = {
@@ -41,6 +42,8 @@ ALL_RUNS_COLUMNS = {
     "peak_host_rss_bytes": "peak RSS (MiB)",
     "reason": "reason",
 }
+# Columns of names and words, shown for every run; the others are numbers, shown for `ok` runs.
+TEXT_COLUMNS = ("study", "run", "status", "reason", "device")
 SOFTWARE = ("snakemake", "torch", "torchvision", "accelerate", "numpy", "pandas", "matplotlib")
 
 
@@ -125,33 +128,37 @@ def all_runs(frame: pd.DataFrame) -> dict[str, Any]:
     rows = []
     for _, row in frame.iterrows():
         ok = row["status"] == OK
-        cells = []
+        shown = []
         for column in ALL_RUNS_COLUMNS:
             value = row.get(column)
-            if column in ("study", "run", "status", "reason", "device"):
-                text = "" if pd.isna(value) else str(value)
-                sort = text
-            elif not ok or pd.isna(value):
-                text, sort = "", ""
+            if column in TEXT_COLUMNS:
+                text = sort = cell(value, str)
+            elif ok and not missing(value):
+                text, sort = FORMATS.get(column, str)(value), _sort_key(value)
             else:
-                text, sort = _format(column, value)
-            cells.append({"text": text, "sort": sort})
-        rows.append({"status": row["status"], "cells": cells})
+                text = sort = ""
+            shown.append({"text": text, "sort": sort})
+        rows.append({"status": row["status"], "cells": shown})
     return {"columns": list(ALL_RUNS_COLUMNS.values()), "rows": rows}
 
 
-def _format(column: str, value: Any) -> tuple[str, Any]:
-    """The cell's text, and what the table sorts it by (numbers as numbers)."""
-    sort = float(value) if isinstance(value, numbers.Number) else value
-    return FORMATS.get(column, str)(value), sort
+def _sort_key(value: Any) -> Any:
+    """What the table sorts a shown number by: numbers as numbers."""
+    return float(value) if isinstance(value, numbers.Number) else value
 
 
-def load_section(path: Path) -> dict[str, Any]:
-    """A section.json with its figures inlined as data URIs."""
+def load_section(path: Path, figure_captions: dict[str, Any]) -> dict[str, Any]:
+    """A section.json with its figures inlined as data URIs and captioned
+    (report/captions.yaml)."""
     section = read_json(path)
     folder = Path(path).parent
     for item in section["figures"] + section["curves"]:
         item["src"] = data_uri(folder / item["file"], "image/png")
+    for item in section["figures"]:
+        item["caption"] = captions.for_html(figure_captions, item["name"], section)
+    section["overfitting_caption"] = captions.overfitting_for_html(
+        figure_captions, section["title"]
+    )
     return section
 
 
@@ -217,6 +224,7 @@ def render(
     metrics = [read_json(p) for p in metrics_paths]
     frame = pd.read_csv(runs_csv)
     texts = yaml.safe_load(Path(texts_path).read_text())
+    figure_captions = captions.load(Path(template_dir) / "captions.yaml")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(template_dir),
         autoescape=True,
@@ -240,7 +248,7 @@ def render(
         ],
         "statuses": statuses,
         "sections": arrange(
-            [load_section(p) for p in section_paths],
+            [load_section(p, figure_captions) for p in section_paths],
             [load_special(p) for p in special_paths],
             texts,
         ),
@@ -250,3 +258,21 @@ def render(
         "css": (Path(template_dir) / "report.css").read_text(),
     }
     return env.get_template("report.html.j2").render(**context)
+
+
+def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
+    """Entry of the `render_report` rule (workflow/scripts/render_report.py); `log` is the
+    rule's log, open (dmls.joblog)."""
+    page = render(
+        template_dir=Path(snakemake.input.template).parent,
+        texts_path=Path(snakemake.input.texts),
+        section_paths=[Path(p) for p in snakemake.input.sections],
+        special_paths=[Path(p) for p in snakemake.input.specials],
+        runs_csv=Path(snakemake.input.runs),
+        metrics_paths=[Path(p) for p in snakemake.input.metrics],
+        manifest_paths=[Path(p) for p in snakemake.input.manifests],
+        config=snakemake.params.config,
+        workflow_dir=Path(snakemake.params.workflow_dir),
+    )
+    atomic_write(Path(snakemake.output.html), lambda f: f.write(page.encode()))
+    print(f"{snakemake.output.html}: {len(page) / 2**20:.1f} MiB", file=log)

@@ -1,0 +1,86 @@
+"""How the report writes a value into a table cell, for every table it shows: the study tables,
+the all-runs table and the special studies' tables (and runs.csv's list settings).
+
+A missing value (None or NaN), or a number of a row that has none to show (a run or a part
+that did not finish), is an empty cell; a number of a known column has that column's format
+(`FORMATS`), any other number the general one (`number`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+MIB = 2**20
+
+
+def missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def cell(value: Any, fmt: Callable[[Any], str], *, shown: bool = True) -> str:
+    """`value` in format `fmt`; empty where it is missing or not `shown`."""
+    return fmt(value) if shown and not missing(value) else ""
+
+
+def fixed(spec: str) -> Callable[[Any], str]:
+    """A format spec, e.g. fixed(".4f")."""
+    return lambda value: format(value, spec)
+
+
+def percent(value: float) -> str:
+    """A fraction as percent, two decimals (accuracies)."""
+    return f"{100 * value:.2f}"
+
+
+def seconds(value: float) -> str:
+    """A duration's number: one decimal from 10 s up, two below (tiny test runs)."""
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def mib(value: float) -> str:
+    """Bytes as MiB, one decimal."""
+    return f"{value / MIB:.1f}"
+
+
+def number(value: Any) -> str:
+    """Any value of a table without column formats (the special studies' CSVs): integers with
+    thousands separators, other floats to 4 significant digits, booleans as yes/no."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.4g}"
+    return str(value)
+
+
+def setting(value: Any) -> str:
+    """A run setting in the settings table and Snakemake's labels: a dash where unset."""
+    return "—" if missing(value) else str(value)
+
+
+def joined(value: Any) -> Any:
+    """A list setting as one cell ('8,16'); any other value as it is."""
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else value
+
+
+# How each number of a run's summary row (dmls.report.aggregate.summarize) is shown, in every
+# table of the report; only `ok` runs show numbers.
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "device": str,
+    "effective_precision": str,
+    "processes": str,
+    "global_batch_size": str,
+    "epochs_completed": fixed(".0f"),
+    "train_accuracy": percent,
+    "test_accuracy": percent,
+    "train_loss": fixed(".4f"),
+    "test_loss": fixed(".4f"),
+    "train_time_s": seconds,
+    "samples_per_s": fixed(",.0f"),
+    "gpu_mem_per_gpu": str,
+    "peak_host_rss_bytes": mib,
+    "peak_gpu_mem_allocated_bytes": mib,
+}
