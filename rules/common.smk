@@ -6,11 +6,16 @@ from dmls.supervisor.slurm import job_resources, status_check_problem
 from dmls.report import captions
 from dmls.report.study import run_labels
 from dmls.config.spec import resolve_runs
+from dmls.training.faults import Fault
 
 RESULTS = config["results_dir"]
 STUDIES_DIR = f"{RESULTS}/studies"
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
+# A fault drill (DMLS_FAULT) for a run the config lacks is an error before any job starts.
+_fault = Fault.from_env()
+if _fault is not None:
+    _fault.check_run_exists(RUNS)
 # Study -> its run ids, in config order; only studies with runs get a report section.
 STUDY_RUNS = {}
 for _run_id, _spec in RUNS.items():

@@ -83,7 +83,9 @@ def test_kill_9_of_torchrun_mid_run_then_the_dag_again_equals_an_uninterrupted_r
         assert agent.is_running(), "the run ended before it could be killed"
         time.sleep(0.01)
     os.killpg(agent.pid, signal.SIGKILL)
-    killed_after = torch.load(checkpoint_path, weights_only=True)["epoch"]
+    killed_after = checkpoint.load(checkpoint_path, checkpoint.read_identity(checkpoint_path))[0][
+        "epoch"
+    ]
     output = dag.communicate(timeout=300)[0]
     assert dag.returncode != 0
     assert (
@@ -139,28 +141,118 @@ def test_kill_9_of_torchrun_mid_run_then_the_dag_again_equals_an_uninterrupted_r
         assert torch.equal(tensor, reference_weights[key]), key
 
 
-def test_a_checkpoint_of_another_spec_is_ignored(tmp_path):
+KEY = {"spec_sha256": "s" * 64, "data_sha256": "d" * 64, "torch": torch.__version__}
+
+
+def test_a_checkpoint_resumes_only_its_spec_data_and_torch_version(tmp_path):
     path = tmp_path / "run.pt"
     spec = make_spec(epochs=3)
-    checkpoint.save(path, spec, {"epoch": 2})
-    state, note = checkpoint.load(path, spec)
+    key = checkpoint.identity(spec, {"sha256": "d" * 64})
+    assert key == {
+        "spec_sha256": checkpoint.spec_hash(spec), "data_sha256": "d" * 64,
+        "torch": torch.__version__,
+    }  # fmt: skip
+    checkpoint.save(path, key, {"epoch": 2})
+    state, note = checkpoint.load(path, key)
     assert state["epoch"] == 2 and note == f"resuming from checkpoint {path}: 2 epoch(s) finished"
-    changed = make_spec(epochs=3, optimizer={"lr": 0.5})
-    state, note = checkpoint.load(path, changed)
-    assert state is None
-    assert note == (
-        f"ignoring checkpoint {path}: it was written for another spec or format (spec sha256 "
-        f"{checkpoint.spec_hash(spec)}, this run's {checkpoint.spec_hash(changed)}); "
-        "starting from epoch 1"
+    changed = checkpoint.identity(make_spec(epochs=3, optimizer={"lr": 0.5}), {"sha256": "d" * 64})
+    assert checkpoint.load(path, changed) == (
+        None,
+        f"ignoring checkpoint {path}: it was written for another spec_sha256 "
+        f"({key['spec_sha256']}; this run's {changed['spec_sha256']}); starting from epoch 1",
     )
-    assert checkpoint.spec_hash(spec) != checkpoint.spec_hash(changed)
+    other_data = key | {"data_sha256": "e" * 64}
+    state, note = checkpoint.load(path, other_data)
+    assert state is None and f"another data_sha256 ({'d' * 64}; this run's {'e' * 64})" in note
+    assert path.exists()  # another run's checkpoint is left alone, not set aside
+
+
+def test_a_run_resumes_across_a_data_change_from_epoch_1(tmp_path, tabular_dir):
+    """The repro: the same spec, its dataset prepared again from other rows, must not resume
+    the checkpoint the old rows wrote."""
+    from dmls.data import datasets
+    from dmls.training import trainer
+
+    spec = make_spec(
+        dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu", epochs=2,
+        batch_size=64, num_workers=0,
+    )  # fmt: skip
+    path = tmp_path / "run.pt"
+    first = trainer.train(spec, tabular_dir, tmp_path / "model.pt", path)
+    assert first["resumed_from_epoch"] == 0 and path.exists()
+    again = trainer.train(spec, tabular_dir, tmp_path / "model.pt", path)
+    assert again["resumed_from_epoch"] == 2 and again["history"] == first["history"]
+    other = tmp_path / "other"
+    cfg = {"dir": None, "synthetic": {"n_train": 256, "n_test": 100, "seed": 1}}
+    datasets.prepare("tabular", cfg, other)
+    changed = trainer.train(spec, other, tmp_path / "model.pt", path)
+    assert changed["resumed_from_epoch"] == 0
+    assert changed["history"][0]["train_loss"] != first["history"][0]["train_loss"]
+
+
+def written(tmp_path) -> tuple[Path, bytes]:
+    path = tmp_path / "run.pt"
+    checkpoint.save(path, KEY, {"epoch": 1, "weights": torch.arange(40_000.0)})
+    return path, path.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "0x7f", "truncated"])
+def test_a_damaged_checkpoint_is_set_aside_never_resumed(tmp_path, damage):
+    path, raw = written(tmp_path)
+    payload_start = raw.index(b"\n") + 1
+    middle = payload_start + (len(raw) - payload_start) // 2
+    if damage == "zeroed":  # one 64 KiB stretch zeroed, as a damaged disk block would be
+        raw = raw[:middle] + bytes(min(65536, len(raw) - middle)) + raw[middle + 65536 :]
+    elif damage == "0x7f":
+        raw = raw[:middle] + b"\x7f" * 4096 + raw[middle + 4096 :]
+    else:
+        raw = raw[:middle]
+    path.write_bytes(raw)
+    state, note = checkpoint.load(path, KEY, set_aside=False)
+    assert state is None and path.exists()  # a rank that doesn't set it aside leaves it
+    state, note = checkpoint.load(path, KEY)
+    (aside,) = tmp_path.glob("run.pt.damaged-*")
+    assert state is None and not path.exists() and aside.read_bytes() == raw
+    assert note.startswith(f"checkpoint {path} is damaged (")
+    assert note.endswith(f"it is not resumed: moved to {aside}, starting from epoch 1")
+    assert checkpoint.load(path, KEY)[0] is None  # the next attempt starts afresh
 
 
 def test_checkpoints_load_tensors_and_plain_data_only(tmp_path):
+    """Even a file whose header and digest are in order unpickles plain data only."""
+    import hashlib
+    import io
+    import json
+
+    buffer = io.BytesIO()
+    torch.save({"epoch": 1, "payload": Path("/etc/passwd")}, buffer)
+    payload = buffer.getvalue()
+    header = {"format": checkpoint.FORMAT_VERSION, "identity": KEY, "payload_bytes": len(payload),
+              "payload_sha256": hashlib.sha256(payload).hexdigest()}  # fmt: skip
     path = tmp_path / "evil.pt"
-    torch.save({"format": checkpoint.FORMAT_VERSION, "payload": Path("/etc/passwd")}, path)
-    with pytest.raises(RuntimeError, match=r"evil\.pt can't be read \(UnpicklingError: Weights"):
-        checkpoint.load(path, make_spec())
+    path.write_bytes(json.dumps(header).encode() + b"\n" + payload)
+    state, note = checkpoint.load(path, KEY)
+    assert state is None and "is damaged (UnpicklingError: Weights only load failed" in note
+
+
+def test_a_full_disk_while_checkpointing_says_so_and_keeps_the_last_checkpoint(
+    tmp_path, monkeypatch
+):
+    import errno
+
+    path, raw = written(tmp_path)
+
+    def full(target, write):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "atomic_write", full)
+    with pytest.raises(checkpoint.DiskFull) as caught:
+        checkpoint.save(path, KEY, {"epoch": 3})
+    assert caught.value.errno == errno.ENOSPC and caught.value.resumable
+    message = str(caught.value)
+    assert f"no space left on the device writing checkpoint {path} (" in message
+    assert "MiB free there): free space, then rerun; the run resumes after epoch 2" in message
+    assert path.read_bytes() == raw
 
 
 def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
@@ -170,9 +262,39 @@ def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
 
     cpu = torch.device("cpu")
     state = checkpoint.rng_state(cpu)
-    checkpoint.save(tmp_path / "rng.pt", make_spec(), {"epoch": 1, "rng": [state]})
+    checkpoint.save(tmp_path / "rng.pt", KEY, {"epoch": 1, "rng": [state]})
     expected = random.random(), np.random.rand(), torch.rand(3)
-    loaded, _ = checkpoint.load(tmp_path / "rng.pt", make_spec())
+    loaded, _ = checkpoint.load(tmp_path / "rng.pt", KEY)
     checkpoint.set_rng_state(loaded["rng"][0], cpu)
     assert random.random() == expected[0] and np.random.rand() == expected[1]
     assert torch.equal(torch.rand(3), expected[2])
+
+
+def test_a_rank_stopped_by_a_full_disk_fails_the_job_and_leaves_the_run_resumable(
+    tmp_path, tabular_dir, monkeypatch
+):
+    """What the supervisor makes of a rank's DiskFull: no failed metrics.json (which would end
+    the run for Snakemake), a job that fails with the reason, and the checkpoint kept."""
+    from dmls.files import write_json
+
+    spec = make_spec(dataset="tabular", model={"name": "mlp"}, device="cpu")
+    checkpoint_path, _ = written(tmp_path)
+    run_dir = tmp_path / "run"
+    reason = "DiskFull: [Errno 28] no space left on the device writing checkpoint x.pt"
+
+    def launched(commands, log, reservation=None):
+        write_json(run_dir / "error-rank0.json",
+                   {"rank": 0, "time": 1.0, "error": reason, "resumable": True})  # fmt: skip
+        return [1], 0.5, 1
+
+    monkeypatch.setattr(supervise, "_start_and_wait", launched)
+    with open(tmp_path / "train.log", "w") as log, pytest.raises(supervise.RunInterrupted) as e:
+        supervise.run(
+            spec, run_dir=run_dir, data_dir=tabular_dir, checkpoint_path=checkpoint_path,
+            log=log, threads=1,
+        )  # fmt: skip
+    assert str(e.value) == (
+        f"{spec.run_id}: rank 0 stopped: {reason}. That is no result, so none is recorded: "
+        "rerun the workflow once that is fixed"
+    )
+    assert not (run_dir / "metrics.json").exists() and checkpoint_path.exists()

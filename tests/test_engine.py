@@ -185,3 +185,49 @@ def test_device_loader_trains_exactly_like_the_course_dataloader(
         "mode": "eager",
         "eager_reason": "CUDA graphs need a GPU; this run trains on the CPU",
     }
+
+
+def test_more_micro_batches_per_step_than_an_epoch_has_is_refused_naming_the_key(tabular_dir):
+    """Before: grad_accum_steps 100 over 16 micro-batches ended ok, recording a global batch
+    that no optimizer step saw."""
+    from dmls.config.spec import SpecError
+    from dmls.training import trainer
+
+    spec = make_spec(
+        dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu", epochs=1,
+        batch_size=64, grad_accum_steps=5, num_workers=0,
+    )  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        trainer.train(spec, tabular_dir, tabular_dir / "unused.pt", tabular_dir / "unused-c.pt")
+    assert str(err.value) == (
+        "studies.t.runs.r.grad_accum_steps: 5 micro-batches per optimizer step, but an epoch "
+        "has 4 per rank (256 samples, 64 per micro-batch); use at most 4"
+    )
+
+
+def test_a_last_batch_of_one_sample_under_batch_norm_is_left_out_and_recorded(tmp_path):
+    """Before: 513 rows at batch 32 made BatchNorm1d raise after epoch 1, naming no setting."""
+    from dmls.data import datasets
+    from dmls.training import trainer
+
+    cfg = {"dir": None, "synthetic": {"n_train": 513, "n_test": 64, "seed": 0}}
+    datasets.prepare("tabular", cfg, tmp_path)
+    common = dict(dataset="tabular", device="cpu", epochs=2, batch_size=32, num_workers=0)
+
+    def train(name: str, batch_norm: bool, loader: str) -> dict:
+        model = {"name": "mlp", "hidden": 8, "batch_norm": batch_norm}
+        spec = make_spec(model=model, loader=loader, **common)
+        return trainer.train(spec, tmp_path, tmp_path / "model.pt", tmp_path / f"{name}.pt")
+
+    for loader in ("torch", "device"):
+        result = train(loader, True, loader)
+        assert result["status"] == "ok" and len(result["history"]) == 2
+        assert result["data"]["train_samples_unseen_per_epoch"] == 1
+        assert result["data"]["train_samples_unseen_reason"] == (
+            "the last batch would put 1 sample(s) on a device, and batch norm over feature "
+            "vectors needs at least 2 in training"
+        )
+    # Without batch norm nothing is left out.
+    plain = train("plain", False, "device")
+    assert plain["data"]["train_samples_unseen_per_epoch"] == 0
+    assert plain["data"]["train_samples_unseen_reason"] is None

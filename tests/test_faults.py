@@ -146,3 +146,35 @@ def test_fault_switch_targets_ranks_epochs_and_runs():
     assert fault.hits("b/x", 0, 2)
     assert not fault.hits("b/y", 0, 2) and not fault.hits("b/x", 1, 2)
     assert not fault.hits("b/x", 0, 1)
+
+
+def test_a_drill_that_cannot_fire_is_an_error_not_a_quiet_pass(tmp_path, tabular_dir, monkeypatch):
+    """Before: a drill for a rank the run lacks or an epoch it never reaches ended `ok` with
+    `launch.fault: null`; a drill naming no run of the config likewise."""
+    single = make_spec(run="drill", **(DDP | {"launcher": "single", "nproc_per_node": 1}))
+    for value, problem in [
+        ("rank=1,epoch=1,kind=raise", "rank 1, but the run has ranks 0-0"),
+        ("rank=0,epoch=4,kind=raise", "epoch 4, but the run trains 3 epoch(s)"),
+    ]:
+        monkeypatch.setenv("DMLS_FAULT", value)
+        with open(tmp_path / "train.log", "w") as log, pytest.raises(ValueError) as err:
+            supervise.run(
+                single, run_dir=tmp_path / "run", data_dir=tabular_dir, log=log, threads=1,
+                checkpoint_path=tmp_path / "c.pt",
+            )  # fmt: skip
+        assert str(err.value) == (
+            f"t/drill: DMLS_FAULT asks for {problem} (name the run it is for with "
+            "run=<study>/<run>)"
+        )
+        assert not (tmp_path / "run" / "metrics.json").exists()
+    # A drill for another run leaves this one alone.
+    monkeypatch.setenv("DMLS_FAULT", "rank=1,epoch=9,kind=raise,run=b/x")
+    fault = Fault.from_env()
+    assert not fault.targets(single.run_id) and fault.cannot_fire(1, 3) == (
+        "DMLS_FAULT asks for rank 1, but the run has ranks 0-0 and epoch 9, but the run trains "
+        "3 epoch(s)"
+    )
+    fault.check_run_exists(["b/x", "b/y"])
+    with pytest.raises(ValueError, match=r"names run 'b/x', which is not a run of the config "
+                       r"\(did you mean 'b/xx'\?\)"):  # fmt: skip
+        fault.check_run_exists(["b/xx", "c/y"])

@@ -489,3 +489,24 @@ def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
     assert skipped["cells"] == ["2", "FusedConvReLU kernel"] + [""] * 6
     assert ok["cells"][-3:] == ["0.06531", "0.0693", "0.9012"]
     assert section["skipped"] == ["cuda 2 fused: skipped — 'fused' needs a CUDA GPU"]
+
+
+def test_a_damaged_metrics_file_is_named_with_how_to_rebuild_it(tmp_path):
+    """Before: a truncated metrics.json failed the aggregation with a bare JSONDecodeError
+    naming none of the files."""
+    from dmls.report.aggregate import MetricsError
+
+    good = tmp_path / "a" / "metrics.json"
+    write_json(good, fake_metrics("a"))
+    cut = tmp_path / "b" / "metrics.json"
+    cut.parent.mkdir()
+    cut.write_text(good.read_text()[:200])
+    with pytest.raises(MetricsError) as err:
+        collect([good, cut])
+    assert str(err.value).startswith(f"{cut} is not valid JSON (")
+    assert str(err.value).endswith(
+        f"cut short or changed; rebuild that run: snakemake --forcerun {cut}"
+    )
+    cut.write_text("{}")
+    with pytest.raises(MetricsError, match="lacks study, run, status, derived, spec; rebuild"):
+        collect([cut])

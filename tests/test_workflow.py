@@ -81,6 +81,26 @@ def test_a_bad_config_stops_snakemake_before_any_job_with_the_key_and_what_is_al
     assert [p.name for p in tmp_path.iterdir()] == ["bad.yaml"]  # no job ran
 
 
+def test_a_config_without_training_runs_renders_its_report(tmp_path):
+    """Before: only special studies (every study emptied) failed the aggregation with
+    KeyError: 'study'."""
+    config = tmp_path / "only-studies.yaml"
+    config.write_text(
+        f"results_dir: {tmp_path / 'results'}\nisolation: none\nstudies: {{}}\n"
+        "special_studies:\n  profiler: {enabled: false}\n  fused_conv: {enabled: false}\n"
+        "  lenet_memory: {enabled: false}\n  spare_failure: {curve_p: [0.05], curve_n: [1, 2]}\n"
+    )
+    out = snakemake(
+        "--cores", "2", "--configfile", str(config), "--replace-workflow-config", timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert pd.read_csv(tmp_path / "results" / "runs.csv").empty
+    page = (tmp_path / "results" / "report" / "report.html").read_text()
+    assert re.findall(r'<section id="([^"]+)"', page) == [
+        "spare_failure", "float32_bytes", "all-runs"
+    ]  # fmt: skip
+
+
 def test_lint_is_clean():
     out = snakemake("--lint")
     assert out.returncode == 0, out.stdout + out.stderr

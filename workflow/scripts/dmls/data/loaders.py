@@ -26,6 +26,9 @@ class Loaders:
     n_train: int
     n_test: int
     manifest: dict
+    # Training samples of this rank left out of every epoch (a last batch dropped), and why.
+    unseen_per_epoch: int = 0
+    unseen_reason: str | None = None
 
 
 def normalization(manifest: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,9 +90,13 @@ def make_loaders(
     device: torch.device,
     samples_per_step: int,
     memory_format: torch.memory_format,
+    devices_per_step: int = 1,
+    min_samples_per_device: int = 1,
 ) -> Loaders:
     """Rank `rank`'s shard of the dataset in batches of `samples_per_step` (what one process
-    takes per micro-step), on `device` for `loader: device`."""
+    takes per micro-step, split over `devices_per_step` devices by DataParallel), on `device`
+    for `loader: device`. A ragged last batch that would leave a device fewer than
+    `min_samples_per_device` samples is dropped, and the loaders say so."""
     ds = datasets.load(data_dir, spec.dataset)
     x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
     if spec.train_samples:
@@ -101,9 +108,19 @@ def make_loaders(
     sampler = DistributedSampler(
         range(len(y_train)), num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed
     )
-    # fp8 GEMMs need the batch divisible by 16 in the weight-gradient matmul too, so fp8 runs drop
-    # a ragged last batch (fewer than batch_size samples per epoch go unseen).
-    drop_last = spec.precision == "fp8"
+    last = len(sampler) % samples_per_step  # the ragged last batch of each epoch, if any
+    # DataParallel scatters a batch as torch.chunk splits it.
+    smallest = min(len(c) for c in torch.arange(last).chunk(devices_per_step)) if last else 0
+    unseen_reason = None
+    if last and spec.precision == "fp8":
+        # fp8 GEMMs need the batch divisible by 16 in the weight-gradient matmul too.
+        unseen_reason = f"fp8 matmuls can't take the last batch of {last} sample(s)"
+    elif last and smallest < min_samples_per_device:
+        unseen_reason = (
+            f"the last batch would put {smallest} sample(s) on a device, and batch norm over "
+            f"feature vectors needs at least {min_samples_per_device} in training"
+        )
+    drop_last = unseen_reason is not None
     # Test shards without DistributedSampler's padding, so the reduced metrics cover every
     # test sample exactly once.
     shard = slice(rank, None, world_size)
@@ -144,4 +161,7 @@ def make_loaders(
         test = DataLoader(
             TensorDataset(test_x, test_y), batch_size=test_batch, shuffle=False, **common
         )
-    return Loaders(train, test, sampler, len(y_train), len(y_test), ds.manifest)
+    return Loaders(
+        train, test, sampler, len(y_train), len(y_test), ds.manifest,
+        last if drop_last else 0, unseen_reason,
+    )  # fmt: skip

@@ -62,9 +62,31 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+class MetricsError(ValueError):
+    """A run's metrics.json that can't be read; the message names it and how to rebuild it."""
+
+
+def read_metrics(path: Path) -> dict[str, Any]:
+    """One run's metrics.json, or MetricsError naming the file and the command that writes it
+    again (a truncated or hand-edited file would otherwise fail the report with a bare
+    JSONDecodeError)."""
+    rebuild = f"rebuild that run: snakemake --forcerun {path}"
+    try:
+        metrics = read_json(path)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise MetricsError(
+            f"{path} is not valid JSON ({e}): cut short or changed; {rebuild}"
+        ) from e
+    missing = [k for k in ("study", "run", "status", "derived", "spec") if k not in metrics]
+    if missing:
+        raise MetricsError(f"{path} lacks {', '.join(missing)}; {rebuild}")
+    return metrics
+
+
 def collect(paths: list[Path]) -> pd.DataFrame:
-    rows = [summarize(read_json(p)) for p in paths]
-    frame = pd.DataFrame(rows)
+    """The runs table: one row per metrics file (none configured: the columns alone)."""
+    rows = [summarize(read_metrics(p)) for p in paths]
+    frame = pd.DataFrame(rows, columns=None if rows else SUMMARY_COLUMNS)
     leading = [c for c in SUMMARY_COLUMNS if c in frame.columns]
     rest = [c for c in frame.columns if c not in leading]
     return frame[leading + rest].sort_values(["study", "run"], kind="stable")

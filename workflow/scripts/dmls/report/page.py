@@ -21,6 +21,7 @@ import yaml
 
 from dmls.files import atomic_write, read_json
 from dmls.report import captions, special
+from dmls.report.aggregate import read_metrics
 from dmls.report.cells import FORMATS, MIB, cell, missing
 from dmls.report.study import OK
 
@@ -221,7 +222,7 @@ def render(
     config: dict[str, Any],
     workflow_dir: Path,
 ) -> str:
-    metrics = [read_json(p) for p in metrics_paths]
+    metrics = [read_metrics(p) for p in metrics_paths]
     frame = pd.read_csv(runs_csv)
     texts = yaml.safe_load(Path(texts_path).read_text())
     figure_captions = captions.load(Path(template_dir) / "captions.yaml")

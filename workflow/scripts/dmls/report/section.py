@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any
 
-from dmls.files import atomic_write, read_json, write_json
+from dmls.files import atomic_write, write_json
 from dmls.report import figures, observations
+from dmls.report.aggregate import read_metrics
 from dmls.report.study import Study
 
 
@@ -53,14 +54,14 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     study = Study.from_metrics(
         snakemake.wildcards.study,
         snakemake.params.settings,
-        [read_json(p) for p in snakemake.input.metrics],
+        [read_metrics(p) for p in snakemake.input.metrics],
     )
     other = None
     if snakemake.params.compare_with and snakemake.input.compared:
         other = Study.from_metrics(
             snakemake.params.compare_with,
             snakemake.params.compare_settings,
-            [read_json(p) for p in snakemake.input.compared],
+            [read_metrics(p) for p in snakemake.input.compared],
         )
     built = build(
         study,

@@ -61,7 +61,8 @@ class RunFailed(RuntimeError):
 
 
 class RunInterrupted(RuntimeError):
-    """A launcher was killed from outside the run; the job fails so that a rerun resumes."""
+    """A launcher was killed from outside the run, or a rank stopped for a cause outside it (a
+    full disk); the job fails without a result, so that a rerun resumes."""
 
 
 def _now() -> str:
@@ -85,6 +86,12 @@ def run(
     boot into `host_cache` (supervisor/hardware.py `host_facts`), or in this process when
     None."""
     fault = Fault.from_env()  # a mistyped drill stops here, before anything starts
+    if (
+        fault
+        and fault.targets(spec.run_id)
+        and (problem := fault.cannot_fire(spec.processes, spec.epochs))
+    ):
+        raise ValueError(f"{spec.run_id}: {problem}")
     run_dir.mkdir(parents=True, exist_ok=True)
     # Files a previous attempt may have left; Snakemake only removes the declared output.
     for name in ("worker.json", "history.csv", "model.pt"):
@@ -177,6 +184,13 @@ def run(
             )
             print(f"INTERRUPTED {message}", file=log, flush=True)
             raise RunInterrupted(message)
+        if any(exit_codes) and (stopped := _resumable_error(run_dir)) is not None:
+            message = (
+                f"{spec.run_id}: rank {stopped['rank']} stopped: {stopped['error']}. That is no "
+                "result, so none is recorded: rerun the workflow once that is fixed"
+            )
+            print(f"INTERRUPTED {message}", file=log, flush=True)
+            raise RunInterrupted(message)
         if any(exit_codes) or not (run_dir / "worker.json").exists():
             launcher_output = Path(log.name).read_text(errors="replace")
             reason = _failure_reason(run_dir, exit_codes, launcher_output)
@@ -258,6 +272,15 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             signal_group(proc, signal.SIGKILL)
             proc.wait()
+
+
+def _resumable_error(run_dir: Path) -> dict[str, Any] | None:
+    """The first error a rank reported that leaves the run to resume, not failed (a full disk:
+    training/checkpoint.py `DiskFull`), or None."""
+    reports = sorted(
+        (read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"]
+    )
+    return next((r for r in reports if r.get("resumable")), None)
 
 
 def _failure_reason(run_dir: Path, exit_codes: list[int], launcher_output: str) -> str:

@@ -6,17 +6,35 @@ Snakemake never deletes it along with an incomplete `metrics.json`, and it survi
 epoch; every rank reads it back. It holds all the next epoch depends on: weights, optimizer,
 GradScaler and scheduler states, each rank's RNG states (Python, NumPy, torch CPU and CUDA),
 the epoch count (the DistributedSampler's shuffle is a function of seed and epoch), the
-history and the early-stopping state. It is tied to the spec by the SHA-256 of the spec's
-JSON, so a changed spec starts afresh; the supervisor deletes it once the run has ended.
+history and the early-stopping state. The supervisor deletes it once the run has ended.
 
-It is read with `torch.load(..., weights_only=True)`, which unpickles tensors and plain
-containers only, so everything in it is tensors, numbers, strings, lists and dicts.
+A checkpoint resumes only the run whose numbers it would continue (`identity`): the same spec
+(the SHA-256 of its JSON), the same prepared data (the SHA-256 of the .npz, from its manifest:
+a dataset prepared again from other files is other numbers, even under the same spec) and the
+same torch version (other kernels, other floats: a history half from one version and half from
+another measures neither). The code itself is not part of it: a checkout changes far more often
+than what a run computes, and a run that must start afresh after a code change is `--forcerun`.
+Anything else starts the run afresh, and says why.
+
+The file is one JSON header line (format, identity, the payload's SHA-256 and size), then the
+payload: the state as `torch.save` writes it, read back with `torch.load(...,
+weights_only=True)`, which unpickles tensors and plain containers only. A payload whose digest
+is not the header's (a damaged disk, a truncated copy, bytes overwritten) is never resumed: the
+file is set aside beside the run's checkpoint path, named in the log, and the run starts afresh.
+A full disk while writing it is `DiskFull`: the run stops, and a rerun resumes from the
+checkpoint before, which the atomic write left as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import errno
 import hashlib
+import io
+import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +44,28 @@ import torch
 from dmls.config.spec import RunSpec
 from dmls.files import atomic_write
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+
+class DiskFull(OSError):
+    """No space left on the device while writing a checkpoint: no result of the run, which a
+    rerun resumes once there is space (the worker marks its error `resumable`)."""
+
+    resumable = True
 
 
 def spec_hash(spec: RunSpec) -> str:
     return hashlib.sha256(spec.to_json().encode()).hexdigest()
+
+
+def identity(spec: RunSpec, manifest: dict[str, Any]) -> dict[str, str]:
+    """What a checkpoint's numbers depend on besides its own content (the module docstring
+    says why each)."""
+    return {
+        "spec_sha256": spec_hash(spec),
+        "data_sha256": manifest["sha256"],
+        "torch": torch.__version__,
+    }
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -53,26 +88,97 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def save(path: Path, spec: RunSpec, state: dict[str, Any]) -> None:
-    record = {"format": FORMAT_VERSION, "spec_sha256": spec_hash(spec), **state}
-    atomic_write(path, lambda f: torch.save(record, f))
+def save(path: Path, key: dict[str, str], state: dict[str, Any]) -> None:
+    """Write `state` for the run of identity `key`, atomically."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    header = {
+        "format": FORMAT_VERSION,
+        "identity": key,
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "payload_bytes": len(payload),
+    }
+    try:
+        atomic_write(path, lambda f: f.write(json.dumps(header).encode() + b"\n" + payload))
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(path.parent).free
+        saved = state.get("epoch", 1) - 1  # what the checkpoint left as it was holds
+        resume = f"after epoch {saved}, its last saved one" if saved else "from epoch 1"
+        raise DiskFull(
+            errno.ENOSPC,
+            f"no space left on the device writing checkpoint {path} ({len(payload) / 2**20:.1f} "
+            f"MiB; {free / 2**20:.1f} MiB free there): free space, then rerun; the run resumes "
+            f"{resume}",
+        ) from e
 
 
-def load(path: Path, spec: RunSpec) -> tuple[dict[str, Any] | None, str]:
-    """The checkpoint for `spec` at `path` (None if there is none to resume) and why."""
+def load(
+    path: Path, key: dict[str, str], *, set_aside: bool = True
+) -> tuple[dict[str, Any] | None, str]:
+    """The checkpoint of the run of identity `key` at `path` (None if there is none to resume)
+    and why. A damaged file is moved aside (when `set_aside`: one rank does it) and the run
+    starts afresh."""
     if not path.exists():
         return None, f"no checkpoint at {path}: starting from epoch 1"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise RuntimeError(
-            f"checkpoint {path} can't be read ({type(e).__name__}: {e}); delete it to start "
-            "the run from epoch 1"
-        ) from e
-    if state.get("format") != FORMAT_VERSION or state.get("spec_sha256") != spec_hash(spec):
+        raw = path.read_bytes()
+    except FileNotFoundError:  # another rank set it aside meanwhile
+        return None, f"no checkpoint at {path}: starting from epoch 1"
+    header, problem = _read_header(raw)
+    if problem is None and header["identity"] != key:
+        changed = sorted(k for k in key if header["identity"].get(k) != key[k])
         return None, (
-            f"ignoring checkpoint {path}: it was written for another spec or format "
-            f"(spec sha256 {state.get('spec_sha256')}, this run's {spec_hash(spec)}); "
+            f"ignoring checkpoint {path}: it was written for another "
+            + ", ".join(f"{k} ({header['identity'].get(k)}; this run's {key[k]})" for k in changed)
+            + "; starting from epoch 1"
+        )
+    if problem is None:
+        payload = raw[raw.index(b"\n") + 1 :]
+        if len(payload) != header["payload_bytes"]:
+            problem = f"{len(payload)} payload bytes, the header says {header['payload_bytes']}"
+        elif hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
+            problem = "its content's SHA-256 is not the one written with it"
+    if problem is None:
+        try:
+            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        except Exception as e:
+            problem = f"{type(e).__name__}: {e}"
+    if problem is not None:
+        where = _set_aside(path) if set_aside else path
+        return None, (
+            f"checkpoint {path} is damaged ({problem}); it is not resumed: moved to {where}, "
             "starting from epoch 1"
         )
     return state, f"resuming from checkpoint {path}: {state['epoch']} epoch(s) finished"
+
+
+def _read_header(raw: bytes) -> tuple[dict[str, Any], str | None]:
+    line, newline, _ = raw.partition(b"\n")
+    try:
+        header = json.loads(line) if newline else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+        return {}, f"no header of checkpoint format {FORMAT_VERSION}"
+    if not {"identity", "payload_sha256", "payload_bytes"} <= set(header):
+        return {}, "its header lacks the identity or the payload's digest"
+    return header, None
+
+
+def _set_aside(path: Path) -> Path:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.damaged-{stamp}")
+    with contextlib.suppress(FileNotFoundError):  # another process moved it first
+        path.rename(target)
+    return target
+
+
+def read_identity(path: Path) -> dict[str, str]:
+    """The identity a checkpoint file was written for (a tool's look at it; runs use `load`)."""
+    header, problem = _read_header(path.read_bytes())
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}")
+    return header["identity"]

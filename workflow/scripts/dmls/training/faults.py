@@ -13,12 +13,13 @@ The variable is parsed strictly: a typo is an error, never a drill that silently
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -72,8 +73,30 @@ class Fault:
             raise bad(f"kind must be one of {', '.join(KINDS)}, got {fields['kind']!r}")
         return cls(int(fields["rank"]), int(fields["epoch"]), fields["kind"], fields.get("run"))
 
+    def check_run_exists(self, run_ids: Collection[str]) -> None:
+        """ValueError when the drill names a run the config doesn't have."""
+        if self.run is not None and self.run not in run_ids:
+            close = difflib.get_close_matches(self.run, run_ids, n=1)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"{ENV} names run {self.run!r}, which is not a run of the config{guess}"
+            )
+
     def targets(self, run_id: str) -> bool:
         return self.run in (None, run_id)
+
+    def cannot_fire(self, processes: int, epochs: int) -> str | None:
+        """Why this drill can't fire in a run of `processes` ranks and `epochs` epochs that it
+        targets (a drill that does nothing would pass as a run that survived it), or None."""
+        problems = []
+        if self.rank >= processes:
+            problems.append(f"rank {self.rank}, but the run has ranks 0-{processes - 1}")
+        if self.epoch > epochs:
+            problems.append(f"epoch {self.epoch}, but the run trains {epochs} epoch(s)")
+        if not problems:
+            return None
+        hint = "" if self.run else " (name the run it is for with run=<study>/<run>)"
+        return f"{ENV} asks for " + " and ".join(problems) + hint
 
     def hits(self, run_id: str, rank: int, epoch: int) -> bool:
         """Whether this fault fires in run `run_id` on `rank` during (1-based) `epoch`."""

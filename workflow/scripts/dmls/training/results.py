@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from dmls.data.loaders import Loaders
 from dmls.training.parallel import Process
 
 
@@ -45,9 +46,7 @@ def run_result(
     outcome: dict[str, Any],
     *,
     times: dict[str, float],
-    n_train: int,
-    n_test: int,
-    manifest: dict,
+    loaders: Loaders,
     effective_precisions: list[str],
     fp8_linear_layers: int,
     step: dict[str, Any],
@@ -57,6 +56,7 @@ def run_result(
     """The run's result from `Trainer.fit`'s outcome. `times` holds perf_counter stamps:
     `start`, `joined` (the process group), `fit_start` and `fit_end`."""
     history = outcome["history"]
+    n_train, n_test, manifest = loaders.n_train, loaders.n_test, loaders.manifest
     train_time = sum(h["train_time_s"] for h in history)
     last = history[-1] if history else {}
     return {
@@ -91,7 +91,13 @@ def run_result(
         "fp8_linear_layers": fp8_linear_layers,
         "step": step,
         "data": {k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape")}
-        | {"n_train": n_train, "n_test": n_test},
+        | {
+            "n_train": n_train,
+            "n_test": n_test,
+            # Samples per rank and epoch that no step saw (a dropped last batch), and why.
+            "train_samples_unseen_per_epoch": loaders.unseen_per_epoch,
+            "train_samples_unseen_reason": loaders.unseen_reason,
+        },
         "world_size": world_size,
         "ranks": ranks,
     }

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from dmls.config.spec import RunSpec
+from dmls.config.spec import RunSpec, SpecError
 from dmls.data.loaders import make_loaders
 from dmls.training import checkpoint
 from dmls.training.faults import Drill
@@ -65,10 +65,31 @@ class Trainer:
         images = spec.model.name != "mlp"
         self.memory_format = torch.channels_last if fast and images else torch.contiguous_format
         torch.backends.cudnn.benchmark = fast and strategy.cudnn_autotune
+        # BatchNorm1d needs more than one value per channel in training: B's MLP can't train on
+        # a last batch of one sample (per device).
+        feature_batch_norm = spec.model.name == "mlp" and spec.model.batch_norm
         self.data = make_loaders(
             spec, data_dir, rank=process.rank, world_size=process.world_size, device=device,
             samples_per_step=strategy.samples_per_step, memory_format=self.memory_format,
+            devices_per_step=strategy.samples_per_step // spec.batch_size,
+            min_samples_per_device=2 if feature_batch_norm else 1,
         )  # fmt: skip
+        if self.data.unseen_reason and process.is_main:
+            print(
+                f"{self.data.unseen_per_epoch} training sample(s) per rank left out of each "
+                f"epoch: {self.data.unseen_reason}",
+                flush=True,
+            )
+
+        micro_batches = len(self.data.train)
+        if spec.grad_accum_steps > micro_batches:
+            # Else every optimizer step would see fewer samples than the global batch recorded.
+            raise SpecError(
+                f"studies.{spec.study}.runs.{spec.run}.grad_accum_steps: {spec.grad_accum_steps}"
+                f" micro-batches per optimizer step, but an epoch has {micro_batches} per rank "
+                f"({self.data.n_train} samples, {strategy.samples_per_step} per micro-batch); "
+                f"use at most {micro_batches}"
+            )
 
         torch.manual_seed(spec.seed)  # identical initial weights on every rank
         manifest = self.data.manifest
@@ -248,10 +269,12 @@ class Trainer:
             "precisions": sorted(self.probe.seen),
             "rng": rng,
         }
-        checkpoint.save(path, self.spec, state)
+        checkpoint.save(path, self._checkpoint_identity(), state)
 
     def _resume(self, path: Path) -> Progress:
-        state, note = checkpoint.load(path, self.spec)
+        state, note = checkpoint.load(
+            path, self._checkpoint_identity(), set_aside=self.process.is_main
+        )
         if self.process.is_main:
             print(note, flush=True)
         if state is None:
@@ -266,6 +289,9 @@ class Trainer:
         # Last: building the trainer above drew from the generators.
         checkpoint.set_rng_state(state["rng"][self.process.rank], self.process.device)
         return Progress(**state["progress"])
+
+    def _checkpoint_identity(self) -> dict[str, str]:
+        return checkpoint.identity(self.spec, self.data.manifest)
 
     def model_state(self) -> dict[str, torch.Tensor]:
         return self.strategy.model_state(self.model)
@@ -303,8 +329,7 @@ def train(
         model = {"model": trainer.model_state(), "spec": spec.to_dict(), "epochs": epochs}
         torch.save(model, model_path)
         result = run_result(
-            outcome, times=times, n_train=trainer.data.n_train, n_test=trainer.data.n_test,
-            manifest=trainer.data.manifest, effective_precisions=effective,
+            outcome, times=times, loaders=trainer.data, effective_precisions=effective,
             fp8_linear_layers=trainer.fp8_linear_layers, step=trainer.step_record(),
             world_size=process.world_size, ranks=ranks,
         )  # fmt: skip

@@ -12,6 +12,7 @@ process is tied to its launcher.
 from __future__ import annotations
 
 import argparse
+import errno
 import faulthandler
 import os
 import signal
@@ -60,6 +61,9 @@ def main(imports_start: float, argv: list[str] | None = None) -> None:
                 "time": time.time(),
                 "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(),
+                # No result, yet nothing wrong with the run: a rerun resumes (a full disk).
+                "resumable": getattr(exc, "resumable", False)
+                or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC),
             },
         )
         raise
