@@ -6,6 +6,7 @@ from dmls.supervisor.slurm import job_resources, status_check_problem
 from dmls.report import captions
 from dmls.report.study import run_labels
 from dmls.config.spec import resolve_runs
+from dmls.data import datasets
 from dmls.training.faults import Fault
 
 RESULTS = config["results_dir"]
@@ -45,6 +46,11 @@ def all_run_metrics():
 def all_manifests():
     """The manifest of every dataset some run uses."""
     return sorted({f"{RESULTS}/data/{spec.dataset}.json" for spec in RUNS.values()})
+
+
+def data_source_files(wildcards):
+    """The files of the user's that a dataset is prepared from (dmls.data.datasets)."""
+    return datasets.source_files(wildcards.dataset, config["data"].get(wildcards.dataset, {}))
 
 
 def dataset_manifest(wildcards):

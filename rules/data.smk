@@ -4,6 +4,10 @@ rule prepare_data:
     The manifest is always written; when the data can't be obtained it says why, and the runs
     that need it are skipped with that reason (or the job fails under `strict: true`).
     """
+    input:
+        # The user's own files (data.tabular.dir, data.cifar10.archive, ...): replacing one
+        # prepares the data again, and reruns the runs that trained on it.
+        data_source_files,
     output:
         manifest=f"{RESULTS}/data/{{dataset}}.json",
     log:

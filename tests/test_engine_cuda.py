@@ -134,3 +134,19 @@ def test_ddp_gradient_accumulation_replays_graphs_and_learns_what_eager_ddp_lear
     # batches of epochs 2 and 3 run eagerly.
     assert record["eager_steps"] == 4 * 11 + 2 and record["replayed_steps"] == 3 * 32 - 46
     assert_learns_the_same(eager, fast)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+    reason="fp8 needs compute capability >= 8.9",
+)
+def test_fp8_trains_out_of_the_box_with_the_pinned_torchao(tmp_path, images_dir):
+    """torchao is in envs/requirements.txt: an fp8 run converts the eligible Linear layers
+    and learns what an fp32 run learns (it trains eagerly: torchao rescales from Python)."""
+    fp32 = train(tmp_path, images_dir, "fp32", step="eager")
+    fp8 = train(tmp_path, images_dir, "fp8", precision="fp8")
+    assert fp8["fp8_linear_layers"] == 1 and "fp8" in fp8["effective_precision"]
+    assert fp8["step"]["eager_reason"] == "torchao's fp8 layers rescale dynamically from Python"
+    # 2000 images at batch 64: fp8 drops the ragged last batch of 16 images.
+    assert fp8["data"]["train_samples_unseen_per_epoch"] == 16
+    assert fp8["final"]["test_accuracy"] == pytest.approx(fp32["final"]["test_accuracy"], abs=0.05)

@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -99,6 +100,32 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
     assert re.findall(r'<section id="([^"]+)"', page) == [
         "spare_failure", "float32_bytes", "all-runs"
     ]  # fmt: skip
+
+
+def test_replaced_data_files_are_prepared_again(tmp_path):
+    """Before: new rows in the user's train_x.npy left the old prepared copy in use and
+    `snakemake -n` called every run up to date."""
+    import numpy as np
+
+    from dmls.data import datasets
+
+    source = tmp_path / "tabular"
+    source.mkdir()
+    arrays = datasets.make_synthetic_tabular(64, 32, seed=0)
+    for name, array in zip(datasets.TABULAR_FILES, arrays, strict=True):
+        np.save(source / name, array)
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"results_dir: {tmp_path / 'results'}\ndata: {{tabular: {{dir: {source}}}}}\n"
+    )
+    manifest = str(tmp_path / "results" / "data" / "tabular.json")
+    out = snakemake(manifest, "--cores", "1", "--configfile", str(config))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Nothing to be done" in snakemake(manifest, "-n", "--configfile", str(config)).stdout
+    time.sleep(1)  # a modification time Snakemake can tell apart
+    np.save(source / "train_x.npy", arrays[0] + 1)
+    again = snakemake(manifest, "-n", "--configfile", str(config))
+    assert "prepare_data" in again.stdout and "updated input files" in again.stdout.lower()
 
 
 def test_lint_is_clean():

@@ -555,6 +555,23 @@ def _obtain(name: str, cfg: dict) -> tuple[Arrays, str, bool]:
     raise DataError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
 
 
+def source_files(name: str, cfg: dict) -> list[Path]:
+    """The user's own files dataset `name` is read from under `cfg` (those that exist; a
+    missing one is `prepare`'s error to report): the `prepare_data` rule's inputs, so that
+    replacing one prepares the data again and reruns what depends on it. Downloads and the
+    system's Debian files are not the user's to replace, and synthetic sets have none."""
+    cfg = cfg or {}
+    if name == "tabular" and cfg.get("dir"):
+        candidates = [Path(cfg["dir"]) / f for f in TABULAR_FILES]
+    elif name == "cifar10" and cfg.get("archive"):
+        candidates = [Path(cfg["archive"])]
+    elif name == "fashion_mnist" and cfg.get("debian_dir"):
+        candidates = [Path(cfg["debian_dir"]) / f"{stem}.gz" for stem in FASHION_MNIST_FILES]
+    else:
+        candidates = []
+    return [p for p in candidates if p.is_file()]
+
+
 def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
     """Write <out_dir>/<name>.json (always) and <name>.npz (status ok); return the manifest.
 
