@@ -298,3 +298,24 @@ def test_a_rank_stopped_by_a_full_disk_fails_the_job_and_leaves_the_run_resumabl
         "rerun the workflow once that is fixed"
     )
     assert not (run_dir / "metrics.json").exists() and checkpoint_path.exists()
+
+
+def test_a_run_another_workflow_is_training_into_the_same_folder_is_refused(tmp_path, tabular_dir):
+    """Before: two clones with one results_dir trained the same run at once, and one resumed
+    from the other's checkpoint."""
+    from filelock import FileLock
+
+    spec = make_spec(dataset="tabular", model={"name": "mlp"}, device="cpu", epochs=1)
+    checkpoint_path = tmp_path / "checkpoints" / "r.pt"
+    checkpoint_path.parent.mkdir()
+    other = FileLock(str(checkpoint_path) + ".lock")
+    with other, open(tmp_path / "train.log", "w") as log, pytest.raises(supervise.RunBusy) as e:
+        supervise.run(
+            spec, run_dir=tmp_path / "run", data_dir=tabular_dir, log=log, threads=1,
+            checkpoint_path=checkpoint_path,
+        )  # fmt: skip
+    assert str(e.value) == (
+        f"t/r is being trained by another workflow into the same results folder (it holds "
+        f"{checkpoint_path}.lock); let that one finish, or give this checkout its own results_dir"
+    )
+    assert not (tmp_path / "run" / "metrics.json").exists()

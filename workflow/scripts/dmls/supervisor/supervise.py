@@ -20,8 +20,11 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from filelock import FileLock, Timeout
 
 from dmls.config.spec import RunSpec
 from dmls.data import datasets
@@ -139,6 +142,7 @@ def run(
     # A local timed run holds its GPUs and cores, so runs can go side by side without sharing
     # either (dmls/supervisor/slots.py); in a Slurm job the allocation is the run's already.
     with contextlib.ExitStack() as held:
+        held.enter_context(_run_lock(spec, checkpoint_path))
         reservation = None
         if isolation != "none" and slurm is None:
             reservation = held.enter_context(
@@ -205,6 +209,33 @@ def run(
         # Only now, with its result on disk: the run has ended, nothing is left to resume.
         checkpoint_path.unlink(missing_ok=True)
         return record
+
+
+class RunBusy(RuntimeError):
+    """Another workflow trains the same run into the same results folder."""
+
+
+@contextlib.contextmanager
+def _run_lock(spec: RunSpec, checkpoint_path: Path) -> Iterator[None]:
+    """Hold the run's lock while it trains: within one Snakemake a run never trains twice at
+    once, but two checkouts (or two Snakemakes) sharing a results_dir would, and one would
+    resume from the other's checkpoint. flock: the kernel drops it when the holder dies. (On a
+    network filesystem flock may not reach other hosts: give each cluster workflow its own
+    results_dir.)"""
+    path = checkpoint_path.with_name(checkpoint_path.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunBusy(
+            f"{spec.run_id} is being trained by another workflow into the same results folder "
+            f"(it holds {path}); let that one finish, or give this checkout its own results_dir"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
