@@ -4,7 +4,7 @@ from snakemake.exceptions import WorkflowError
 
 from dmls.supervisor.slurm import job_resources, status_check_problem
 from dmls.report import captions
-from dmls.report.study import run_labels
+from dmls.report.study import baseline_run, run_labels
 from dmls.config.spec import resolve_runs
 from dmls.data import datasets
 from dmls.training.faults import Fault
@@ -50,7 +50,9 @@ def all_manifests():
 
 def data_source_files(wildcards):
     """The files of the user's that a dataset is prepared from (dmls.data.datasets)."""
-    return datasets.source_files(wildcards.dataset, config["data"].get(wildcards.dataset, {}))
+    return datasets.source_files(
+        wildcards.dataset, config["data"].get(wildcards.dataset, {})
+    )
 
 
 def dataset_manifest(wildcards):
@@ -95,9 +97,11 @@ def figure_captions(wildcards):
     """Every figure kind's caption for one study in Snakemake's report, with the study's
     baseline (as dmls.report.study.Study picks it) and the study it is compared with."""
     settings = config["studies"][wildcards.study]
-    baseline = settings.get("baseline") or RUNS[STUDY_RUNS[wildcards.study][0]].run
+    runs = [RUNS[run_id].run for run_id in STUDY_RUNS[wildcards.study]]
     return captions.for_snakemake_report(
-        CAPTIONS, baseline=baseline, compare_with=settings.get("compare_with")
+        CAPTIONS,
+        baseline=baseline_run(settings, runs),
+        compare_with=settings.get("compare_with"),
     )
 
 

@@ -42,6 +42,11 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
 ]
 
 
+def baseline_run(settings: dict[str, Any], runs: Sequence[str]) -> str:
+    """The run a study's speed-ups are measured against: its `baseline`, else its first run."""
+    return settings.get("baseline") or runs[0]
+
+
 @dataclass(frozen=True)
 class Study:
     key: str
@@ -58,7 +63,7 @@ class Study:
             raise ReportError(f"studies.{key}: the study has no runs")
         by_run = {m["run"]: m for m in metrics}
         runs = pd.DataFrame([summarize(m) for m in metrics]).set_index("run", drop=False)
-        baseline = settings.get("baseline") or metrics[0]["run"]
+        baseline = baseline_run(settings, list(by_run))
         if baseline not in by_run:
             raise ReportError(
                 f"studies.{key}.baseline: {baseline!r} is not one of its runs {list(by_run)}"

@@ -308,18 +308,18 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 def _resumable_error(run_dir: Path) -> dict[str, Any] | None:
     """The first error a rank reported that leaves the run to resume, not failed (a full disk:
     training/checkpoint.py `DiskFull`), or None."""
-    reports = sorted(
-        (read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"]
-    )
-    return next((r for r in reports if r.get("resumable")), None)
+    return next((r for r in _error_reports(run_dir) if r.get("resumable")), None)
+
+
+def _error_reports(run_dir: Path) -> list[dict[str, Any]]:
+    """The errors the ranks reported (train.py's error-rank<N>.json), first first."""
+    return sorted((read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"])
 
 
 def _failure_reason(run_dir: Path, exit_codes: list[int], launcher_output: str) -> str:
     """The cause, not its consequences: when one rank fails, its peers fail too (a lost
     connection, a timeout) or are stopped by the launcher (SIGTERM) without a word."""
-    reports = sorted(
-        (read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"]
-    )
+    reports = _error_reports(run_dir)
     causes = [r for r in reports if not LOST_PEER.search(r["error"])]
     if causes:
         return f"rank {causes[0]['rank']} raised {causes[0]['error']}"
