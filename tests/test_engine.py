@@ -54,6 +54,8 @@ def test_ddp_two_ranks_equal_one_process_with_the_global_batch(tmp_path, tabular
     assert ddp["final"]["test_loss"] == pytest.approx(one["final"]["test_loss"], abs=1e-5)
     assert ddp["final"]["test_accuracy"] == pytest.approx(one["final"]["test_accuracy"], abs=1e-9)
     assert len(ddp["history"]) == 2 and ddp["timing"]["samples_per_s"] > 0
+    epochs = [h["train_time_s"] for h in ddp["history"]]
+    assert (ddp["timing"]["first_epoch_s"], ddp["timing"]["steady_epoch_s"]) == tuple(epochs)
 
 
 def test_a_run_trains_inside_the_cores_and_gpus_it_reserved(tmp_path, tabular_dir):

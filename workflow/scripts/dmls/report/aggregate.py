@@ -16,7 +16,8 @@ SUMMARY_COLUMNS = [
     "step_mode", "step_eager_reason", "processes", "replicas", "global_batch_size",
     "nodes_emulated", "epochs_completed",
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "best_test_accuracy",
-    "train_time_s", "wall_time_s", "samples_per_s", "peak_gpu_mem_allocated_bytes",
+    "train_time_s", "first_epoch_s", "steady_epoch_s", "wall_time_s", "samples_per_s",
+    "peak_gpu_mem_allocated_bytes",
     "peak_gpu_mem_reserved_bytes", "peak_host_rss_bytes", "gpu_names", "hostnames",
     "slurm_job_id",
 ]  # fmt: skip
@@ -45,6 +46,9 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
             "step_mode": step["mode"] + ("+compile" if step["compiled"] else ""),
             "step_eager_reason": step["eager_reason"],
             "train_time_s": metrics["timing"]["train_time_s"],
+            # (Runs recorded before these existed have neither.)
+            "first_epoch_s": metrics["timing"].get("first_epoch_s"),
+            "steady_epoch_s": metrics["timing"].get("steady_epoch_s"),
             "wall_time_s": metrics["timing"]["wall_time_s"],
             "samples_per_s": metrics["timing"]["samples_per_s"],
             "peak_gpu_mem_allocated_bytes": max(

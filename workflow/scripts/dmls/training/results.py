@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import statistics
 from typing import Any
 
 import torch
@@ -86,6 +87,9 @@ def run_result(
             "checkpoint_time_s": outcome["checkpoint_time_s"],
             "fit_s": times["fit_end"] - times["fit_start"],
             "samples_per_s": n_train * len(history) / train_time if train_time else None,
+            # The first epoch also pays for warm-up (cuDNN autotuning, graph capture, compiling);
+            # the steady epoch, the median of the later ones, is what runs compare on.
+            **epoch_times(history),
         },
         "effective_precision": "/".join(sorted(set(effective_precisions))),
         "fp8_linear_layers": fp8_linear_layers,
@@ -100,4 +104,14 @@ def run_result(
         },
         "world_size": world_size,
         "ranks": ranks,
+    }
+
+
+def epoch_times(history: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The first epoch's training seconds, and the steady epoch's: the median of epochs 2..E
+    (None with fewer than two epochs: every epoch there was also a warm-up)."""
+    seconds = [h["train_time_s"] for h in history]
+    return {
+        "first_epoch_s": seconds[0] if seconds else None,
+        "steady_epoch_s": statistics.median(seconds[1:]) if len(seconds) > 1 else None,
     }
