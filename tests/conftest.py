@@ -11,7 +11,7 @@ from dmls.config.spec import RunSpec, deep_merge, load_schema, resolve_runs  # n
 SCHEMA = ROOT / "config" / "schemas" / "config.schema.yaml"
 # Runs per study in config/config.yaml (the .test and preset configs keep the same runs).
 EXPECTED_RUNS = {
-    "parallelism": 6, "precision": 4, "regularization": 8, "backend": 4, "batch_size": 4,
+    "parallelism": 7, "precision": 4, "regularization": 8, "backend": 4, "batch_size": 4,
     "grad_accumulation": 4, "optimizer": 4, "cluster_torchrun": 4, "cluster_accelerate": 4,
     "cluster_precision": 8,
 }  # fmt: skip

@@ -76,6 +76,23 @@ def test_dataparallel_reads_the_device_resident_data_and_says_why_it_is_eager(tm
     assert [g["index"] for g in dp["ranks"][0]["gpus"]] == [0, 1]
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_dataparallel_on_persistent_threads_learns_what_stock_dataparallel_learns(
+    tmp_path, images_dir
+):
+    stock = train(tmp_path, images_dir, "stock", launcher="dp", nproc_per_node=2)
+    persistent = train(
+        tmp_path, images_dir, "persistent", launcher="dp", nproc_per_node=2,
+        replica_threads="persistent",
+    )  # fmt: skip
+    assert_learns_the_same(stock, persistent)
+    assert [g["index"] for g in persistent["ranks"][0]["gpus"]] == [0, 1]
+    print(
+        "steady epoch (s): stock", stock["timing"]["steady_epoch_s"],
+        "persistent", persistent["timing"]["steady_epoch_s"],
+    )  # fmt: skip
+
+
 def train_ddp(tmp_path, data_dir, name, **overrides):
     """Two ranks under torchrun, started as the DAG starts them (dmls.supervisor.supervise)."""
     from dmls.supervisor import supervise

@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 
-from conftest import EXPECTED_RUNS, ROOT, validated
+from conftest import EXPECTED_RUNS, ROOT, make_spec, validated
 from dmls.config.spec import SpecError, check_config, load_schema, resolve_runs
 
 
@@ -73,7 +73,8 @@ def test_cpu_preset_and_test_config_merge_over_the_default():
 RUN_KEYS = (
     "augment, backend, batch_size, dataset, device, early_stopping_patience, epochs, "
     "grad_accum_steps, label_smoothing, launcher, loader, model, nodes, nproc_per_node, "
-    "num_workers, optimizer, precision, scheduler, seed, step, test_samples, train_samples"
+    "num_workers, optimizer, precision, replica_threads, scheduler, seed, step, test_samples, "
+    "train_samples"
 )
 STUDIES = (
     "backend, batch_size, cluster_accelerate, cluster_precision, cluster_torchrun, "
@@ -183,3 +184,13 @@ def test_strict_refuses_runs_that_pin_the_cpu_but_need_a_gpu():
     )
     config["strict"] = False  # without strict they are planned, to be recorded as skipped
     assert set(resolve_runs(config)) == {"cluster_precision/fp8", "backend/nccl"}
+
+
+def test_replica_threads_is_a_setting_of_dataparallel_only():
+    assert make_spec(launcher="dp", nproc_per_node=2, replica_threads="persistent")
+    with pytest.raises(SpecError) as err:
+        make_spec(launcher="torchrun", nproc_per_node=2, replica_threads="persistent")
+    assert str(err.value) == (
+        "studies.parallelism.runs.r.replica_threads: 'persistent' is a setting of launcher "
+        "'dp' (nn.DataParallel); this run's launcher is 'torchrun'"
+    )

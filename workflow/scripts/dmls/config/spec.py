@@ -69,6 +69,7 @@ class RunSpec:
     dataset: str
     model: ModelSpec
     launcher: str
+    replica_threads: str
     device: str
     nodes: int
     nproc_per_node: int
@@ -184,6 +185,11 @@ class RunSpec:
                 f"{where}: launcher 'single' runs one process on one device, but nodes × "
                 f"nproc_per_node = {self.nodes} × {self.nproc_per_node}; use 'dp', 'torchrun' "
                 "or 'accelerate' for several"
+            )
+        if self.replica_threads != "per_step" and not self.replicates_in_one_process:
+            raise SpecError(
+                f"{where}.replica_threads: {self.replica_threads!r} is a setting of launcher "
+                f"'dp' (nn.DataParallel); this run's launcher is {self.launcher!r}"
             )
         if self.launcher == "dp" and self.nodes != 1:
             raise SpecError(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -199,9 +200,62 @@ class SingleDevice:
         model.load_state_dict(state)
 
 
+class ReplicaThreads:
+    """One long-lived thread per GPU, running that GPU's replica forward each step.
+
+    nn.DataParallel starts a new thread per replica every step (`parallel_apply`), and cuDNN's
+    execution plans are cached per thread (pytorch/pytorch#103939): every forward then builds
+    its convolution plans again. These threads keep them. What runs in each is what
+    `parallel_apply` runs there: the replica on its device and current stream, under the
+    caller's grad mode and autocast state."""
+
+    def __init__(self, devices: list[int]) -> None:
+        self.pools = {
+            d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"dp-gpu{d}") for d in devices
+        }
+
+    def apply(
+        self, modules: list[nn.Module], inputs: list[Any], kwargs: list[dict], devices: list[int]
+    ) -> list[Any]:
+        grad = torch.is_grad_enabled()
+        autocast = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+
+        def forward(module, args, kw, device, stream):
+            torch.set_grad_enabled(grad)
+            with (
+                torch.cuda.device(device),
+                torch.cuda.stream(stream),
+                torch.autocast("cuda", dtype=autocast[1], enabled=autocast[0]),
+            ):
+                return module(*(args if isinstance(args, list | tuple) else (args,)), **kw)
+
+        futures = [
+            self.pools[d].submit(forward, m, a, k, d, torch.cuda.current_stream(d))
+            for m, a, k, d in zip(modules, inputs, kwargs, devices, strict=True)
+        ]
+        return [f.result() for f in futures]  # a replica's error is raised here
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.shutdown()
+
+
+class ThreadedDataParallel(nn.DataParallel):
+    """nn.DataParallel (scatter, replicate, forward, gather; one process) whose replicas run on
+    `ReplicaThreads` instead of new threads every step."""
+
+    def __init__(self, module: nn.Module, device_ids: list[int]) -> None:
+        super().__init__(module, device_ids=device_ids)
+        self.threads = ReplicaThreads(device_ids)
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        return self.threads.apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
+
+
 class DataParallel(SingleDevice):
     """`launcher: dp`: nn.DataParallel, one process driving `nproc_per_node` GPUs. Each step it
-    splits the batch, copies the model to every GPU and sums the gradients on GPU 0."""
+    splits the batch, copies the model to every GPU and sums the gradients on GPU 0. With
+    `replica_threads: persistent`, `ThreadedDataParallel`: the same on long-lived threads."""
 
     launcher = "dp"
     # Not under DataParallel, which runs its replicas in new threads every step: with
@@ -219,7 +273,15 @@ class DataParallel(SingleDevice):
         return self.spec.batch_size * self.spec.nproc_per_node
 
     def _wrap(self, model: nn.Module) -> nn.Module:
-        return nn.DataParallel(model, device_ids=list(range(self.spec.nproc_per_node)))
+        devices = list(range(self.spec.nproc_per_node))
+        if self.spec.replica_threads == "persistent":
+            return ThreadedDataParallel(model, device_ids=devices)
+        return nn.DataParallel(model, device_ids=devices)
+
+    def close(self) -> None:
+        if isinstance(self.module, ThreadedDataParallel):
+            self.module.threads.close()
+        super().close()
 
     def capture_blockers(self) -> list[str]:
         return ["DataParallel copies the model to its GPUs from Python in every step"]

@@ -1,0 +1,100 @@
+"""DataParallel's step, stock and on persistent threads, against one GPU's eager step (A1).
+
+    python3 bench/dataparallel_threads.py [--out dp.json]      # a host with 2 GPUs
+
+Stock nn.DataParallel runs its replicas' forwards on new threads every step; cuDNN caches its
+convolution execution plans per thread, so each step builds them again. `replica_threads:
+persistent` (dmls/training/parallel.py, ThreadedDataParallel) keeps one thread per GPU. Each
+row is one training of the pipeline's own engine with A1's model and settings, batch 32 per
+GPU, data on the GPU, eager steps (DataParallel can't replay a CUDA graph), on a synthetic
+CIFAR-shaped set; a step's time is the steady epoch (median of epochs 2..E) over its steps.
+The target (issue #17): the persistent step at most 2x the single-GPU eager step. Also timed:
+starting and joining the two threads stock DataParallel starts per step, alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from epoch_speed import ROOT, a1_spec, train_once
+
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+from dmls.data import datasets
+
+DP = {"launcher": "dp", "nproc_per_node": 2}
+ROWS = {
+    "single_gpu_eager": {},
+    "dataparallel_stock": DP,
+    "dataparallel_persistent": DP | {"replica_threads": "persistent"},
+}
+
+
+def step_ms(name: str, base: dict, data_dir: Path, work: Path) -> dict[str, Any]:
+    spec = a1_spec(name, **(base | ROWS[name]))
+    result = train_once(spec, data_dir, work)
+    per_step = spec.batch_size * (spec.nproc_per_node if spec.launcher == "dp" else 1)
+    steps = math.ceil(result["data"]["n_train"] / per_step)
+    steady = result["timing"]["steady_epoch_s"]
+    return {"name": name, "steps_per_epoch": steps, "steady_epoch_s": steady,
+            "step_ms": 1000 * steady / steps,
+            "test_accuracy": result["final"]["test_accuracy"]}  # fmt: skip
+
+
+def thread_start_ms(repeats: int = 1000) -> float:
+    """Milliseconds to start and join two threads that do nothing: what stock DataParallel's
+    new threads cost by themselves, per step."""
+    start = time.perf_counter()
+    for _ in range(repeats):
+        threads = [threading.Thread(target=lambda: None) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return 1000 * (time.perf_counter() - start) / repeats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n-train", type=int, default=20_000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if torch.cuda.device_count() < 2:
+        sys.exit("needs 2 CUDA GPUs")
+    base = {"dataset": "synthetic_cifar", "device": "cuda", "epochs": args.epochs,
+            "loader": "device", "step": "eager", "num_workers": 0}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="dmls-dp-") as tmp:
+        work = Path(tmp)
+        datasets.prepare("synthetic_cifar", {"n_train": args.n_train, "n_test": 2000}, work)
+        rows = [step_ms(name, base, work, work) for name in ROWS]
+    single = rows[0]["step_ms"]
+    print(f"{torch.cuda.get_device_name(0)} x2, torch {torch.__version__}")
+    print(f"{'run':<26}{'ms/step':>9}{'vs 1 GPU':>10}{'test acc':>10}")
+    for r in rows:
+        print(f"{r['name']:<26}{r['step_ms']:9.2f}{r['step_ms'] / single:9.2f}x"
+              f"{r['test_accuracy']:10.4f}")  # fmt: skip
+    threads_ms = thread_start_ms()
+    print(f"starting and joining 2 threads, alone: {threads_ms:.3f} ms")
+    print("target: dataparallel_persistent <= 2x single_gpu_eager")
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows},
+                indent=2,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
