@@ -16,10 +16,11 @@ launch.py (the commands) and the spec (what the torch-free side needs) look at t
 
 Adding FSDP is one more class, a subclass of `DistributedDataParallel` (same process group,
 same launcher): `prepare` applies `fully_shard` to each block and then to the model, `no_sync`
-becomes `model.set_requires_gradient_sync(False)` around the micro-steps, `model_state` and
-`load_model_state` gather and scatter the full state dict (torch.distributed.checkpoint's
-`get_model_state_dict` / `set_model_state_dict`), and `capture_blockers` names what its
-all-gathers need; the trainer, the steps and the checkpoints stay as they are.
+becomes `model.set_requires_gradient_sync(False)` around the micro-steps, `model_state`,
+`optimizer_state` and their `load_*` gather and scatter the full state dicts
+(torch.distributed.checkpoint's `get_model_state_dict`, `get_optimizer_state_dict` and their
+setters), and `capture_blockers` names what its all-gathers need; the trainer, the steps and
+the checkpoints stay as they are.
 """
 
 from __future__ import annotations
@@ -198,6 +199,13 @@ class SingleDevice:
 
     def load_model_state(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
         model.load_state_dict(state)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimizer's whole state, as a checkpoint keeps it."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
 
 
 class ReplicaThreads:

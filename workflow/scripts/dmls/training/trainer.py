@@ -263,7 +263,7 @@ class Trainer:
             "epoch": progress.epoch,
             "progress": asdict(progress),
             "model": self.model_state(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.strategy.optimizer_state(self.optimizer),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": scaler.state_dict() if scaler is not None else None,
             "precisions": sorted(self.probe.seen),
@@ -280,7 +280,7 @@ class Trainer:
         if state is None:
             return Progress()
         self.strategy.load_model_state(self.model, state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_optimizer_state(self.optimizer, state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if (scaler := self.strategy.loss_scaler) is not None:
