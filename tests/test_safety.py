@@ -77,7 +77,7 @@ def test_pipeline_code_evaluates_nothing_and_uses_no_shell():
     assert problems(SOURCES, unsafe_calls) == {}
     # Checkpoints are loaded, always with weights_only=True.
     assert (
-        'torch.load(path, map_location="cpu", weights_only=True)'
+        'torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)'
         in (ROOT / "workflow" / "scripts" / "dmls" / "training" / "checkpoint.py").read_text()
     )
 
