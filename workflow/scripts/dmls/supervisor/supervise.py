@@ -175,26 +175,10 @@ def run(
         exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
         record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
 
-        if first_failure is not None and first_failure < 0:
-            resume = (
-                f"from its last finished epoch ({checkpoint_path})"
-                if checkpoint_path.exists()
-                else "from epoch 1 (no epoch had finished)"
-            )
-            message = (
-                f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
-                "from outside the run (kill, preemption, OOM killer). That is no result, so none "
-                f"is recorded: rerun the workflow and the run resumes {resume}"
-            )
-            print(f"INTERRUPTED {message}", file=log, flush=True)
-            raise RunInterrupted(message)
-        if any(exit_codes) and (stopped := _resumable_error(run_dir)) is not None:
-            message = (
-                f"{spec.run_id}: rank {stopped['rank']} stopped: {stopped['error']}. That is no "
-                "result, so none is recorded: rerun the workflow once that is fixed"
-            )
-            print(f"INTERRUPTED {message}", file=log, flush=True)
-            raise RunInterrupted(message)
+        interrupted = _interruption(spec, first_failure, run_dir, checkpoint_path)
+        if interrupted is not None:
+            print(f"INTERRUPTED {interrupted}", file=log, flush=True)
+            raise RunInterrupted(interrupted)
         if any(exit_codes) or not (run_dir / "worker.json").exists():
             launcher_output = Path(log.name).read_text(errors="replace")
             reason = _failure_reason(run_dir, exit_codes, launcher_output)
@@ -303,6 +287,30 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             signal_group(proc, signal.SIGKILL)
             proc.wait()
+
+
+def _interruption(
+    spec: RunSpec, first_failure: int | None, run_dir: Path, checkpoint_path: Path
+) -> str | None:
+    """Why the run ended without a result of its own, to resume rather than record (a launcher
+    killed from outside, a rank stopped by a full disk), or None."""
+    if first_failure is not None and first_failure < 0:
+        resume = (
+            f"from its last finished epoch ({checkpoint_path})"
+            if checkpoint_path.exists()
+            else "from epoch 1 (no epoch had finished)"
+        )
+        return (
+            f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
+            "from outside the run (kill, preemption, OOM killer). That is no result, so none "
+            f"is recorded: rerun the workflow and the run resumes {resume}"
+        )
+    if first_failure is not None and (stopped := _resumable_error(run_dir)) is not None:
+        return (
+            f"{spec.run_id}: rank {stopped['rank']} stopped: {stopped['error']}. That is no "
+            "result, so none is recorded: rerun the workflow once that is fixed"
+        )
+    return None
 
 
 def _resumable_error(run_dir: Path) -> dict[str, Any] | None:
