@@ -42,13 +42,14 @@ COURSE = {"loader": "torch", "step": "eager"}  # DataLoader + per-image transfor
 
 
 def a1_spec(run: str, **overrides: Any) -> RunSpec:
-    """The A1 run spec of config/config.yaml with `overrides`, completed from the schema."""
+    """The A1 run spec of config/config.yaml with `overrides`, completed from the schema; one
+    seed unless `overrides` says otherwise (a bench times one training)."""
     from snakemake.utils import validate
 
     with open(ROOT / "config" / "config.yaml") as f:
         defaults = yaml.safe_load(f)["defaults"]
     config = {
-        "defaults": deep_merge(defaults, overrides),
+        "defaults": deep_merge(defaults, {"seeds": 1}, overrides),
         "studies": {"parallelism": {"runs": {run: {}}}},
     }
     validate(config, str(ROOT / "config" / "schemas" / "config.schema.yaml"))
@@ -83,9 +84,14 @@ def plan(device: str, gpus: int, batch_small: int, batch_large: int) -> list[dic
 def train_once(spec: RunSpec, data_dir: Path, work: Path) -> dict[str, Any]:
     run_dir = work / spec.run
     run_dir.mkdir(parents=True, exist_ok=True)
-    result = trainer.train(spec, data_dir, run_dir / "model.pt", run_dir / "checkpoint.pt")
+    result = trainer.train(spec, data_dir, run_dir, run_dir / "checkpoint.pt")
     assert result is not None  # rank 0
-    return result
+    return first_seed(result)
+
+
+def first_seed(result: dict[str, Any]) -> dict[str, Any]:
+    """The job's first seed's result, with how the job ended."""
+    return result["seeds"][0] | {"status": result["status"], "reason": result["reason"]}
 
 
 def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str, out: str):
@@ -96,7 +102,7 @@ def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str,
     spec = RunSpec.from_json(spec_json)
     run_dir = Path(out) / spec.run
     run_dir.mkdir(parents=True, exist_ok=True)
-    result = trainer.train(spec, Path(data_dir), run_dir / "model.pt", run_dir / "checkpoint.pt")
+    result = trainer.train(spec, Path(data_dir), run_dir, run_dir / "checkpoint.pt")
     if result is not None:
         (run_dir / "result.json").write_text(json.dumps(result))
     # As workflow/scripts/train.py does: skip interpreter shutdown, where leftover
@@ -118,7 +124,7 @@ def train_ddp(spec: RunSpec, data_dir: Path, work: Path) -> dict[str, Any]:
         args=(spec.processes, port, spec.to_json(), str(data_dir), str(work)),
         nprocs=spec.processes,
     )
-    return json.loads((work / spec.run / "result.json").read_text())
+    return first_seed(json.loads((work / spec.run / "result.json").read_text()))
 
 
 def measure(row: dict[str, Any], base: dict[str, Any], data_dir: Path, work: Path) -> dict:

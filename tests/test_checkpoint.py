@@ -109,7 +109,7 @@ def test_kill_9_of_torchrun_mid_run_then_the_dag_again_equals_an_uninterrupted_r
     output = dag.communicate(timeout=300)[0]
     assert dag.returncode == 0, output
     resumed = json.loads((run_dir / "metrics.json").read_text())
-    assert resumed["status"] == "ok" and resumed["resumed_from_epoch"] == killed_after
+    assert resumed["status"] == "ok" and resumed["seeds"][0]["resumed_from_epoch"] == killed_after
     assert 1 <= killed_after < 3
     assert f"resuming from checkpoint {checkpoint_path}: {killed_after} epoch(s) finished" in (
         (run_dir / "train.log").read_text()
@@ -127,7 +127,7 @@ def test_kill_9_of_torchrun_mid_run_then_the_dag_again_equals_an_uninterrupted_r
             spec, run_dir=reference_dir, data_dir=results / "data",
             checkpoint_path=tmp_path / "reference.pt", log=log, threads=1,
         )  # fmt: skip
-    assert reference["resumed_from_epoch"] == 0
+    assert reference["seeds"][0]["resumed_from_epoch"] == 0
     print(f"killed after epoch {killed_after}; final {resumed['final']} vs {reference['final']}")
     # Bitwise: same data order, same RNG streams, same reductions, restored exactly.
     assert resumed["final"] == reference["final"]
@@ -178,15 +178,16 @@ def test_a_run_resumes_across_a_data_change_from_epoch_1(tmp_path, tabular_dir):
         batch_size=64, num_workers=0,
     )  # fmt: skip
     path = tmp_path / "run.pt"
-    first = trainer.train(spec, tabular_dir, tmp_path / "model.pt", path)
+    (first,) = trainer.train(spec, tabular_dir, tmp_path, path)["seeds"]
     assert first["resumed_from_epoch"] == 0 and path.exists()
-    again = trainer.train(spec, tabular_dir, tmp_path / "model.pt", path)
-    assert again["resumed_from_epoch"] == 2 and again["history"] == first["history"]
+    # The job ended before its result was written: the finished seed is kept as it was.
+    (again,) = trainer.train(spec, tabular_dir, tmp_path, path)["seeds"]
+    assert again == first | {"kept": True}
     other = tmp_path / "other"
     cfg = {"dir": None, "synthetic": {"n_train": 256, "n_test": 100, "seed": 1}}
     datasets.prepare("tabular", cfg, other)
-    changed = trainer.train(spec, other, tmp_path / "model.pt", path)
-    assert changed["resumed_from_epoch"] == 0
+    (changed,) = trainer.train(spec, other, tmp_path, path)["seeds"]
+    assert changed["resumed_from_epoch"] == 0 and not changed["kept"]
     assert changed["history"][0]["train_loss"] != first["history"][0]["train_loss"]
 
 

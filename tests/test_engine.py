@@ -53,9 +53,10 @@ def test_ddp_two_ranks_equal_one_process_with_the_global_batch(tmp_path, tabular
     assert ddp["data"]["n_test"] == 100
     assert ddp["final"]["test_loss"] == pytest.approx(one["final"]["test_loss"], abs=1e-5)
     assert ddp["final"]["test_accuracy"] == pytest.approx(one["final"]["test_accuracy"], abs=1e-9)
-    assert len(ddp["history"]) == 2 and ddp["timing"]["samples_per_s"] > 0
-    epochs = [h["train_time_s"] for h in ddp["history"]]
-    assert (ddp["timing"]["first_epoch_s"], ddp["timing"]["steady_epoch_s"]) == tuple(epochs)
+    assert len(ddp["history"]) == 2 and ddp["summary"]["samples_per_s"]["mean"] > 0
+    (seed,) = ddp["seeds"]
+    epochs = [h["train_time_s"] for h in seed["history"]]
+    assert (seed["timing"]["first_epoch_s"], seed["timing"]["steady_epoch_s"]) == tuple(epochs)
 
 
 def test_a_run_trains_inside_the_cores_and_gpus_it_reserved(tmp_path, tabular_dir):
@@ -200,7 +201,7 @@ def test_more_micro_batches_per_step_than_an_epoch_has_is_refused_naming_the_key
         batch_size=64, grad_accum_steps=5, num_workers=0,
     )  # fmt: skip
     with pytest.raises(SpecError) as err:
-        trainer.train(spec, tabular_dir, tabular_dir / "unused.pt", tabular_dir / "unused-c.pt")
+        trainer.train(spec, tabular_dir, tabular_dir, tabular_dir / "unused-c.pt")
     assert str(err.value) == (
         "studies.t.runs.r.grad_accum_steps: 5 micro-batches per optimizer step, but an epoch "
         "has 4 per rank (256 samples, 64 per micro-batch); use at most 4"
@@ -219,11 +220,11 @@ def test_a_last_batch_of_one_sample_under_batch_norm_is_left_out_and_recorded(tm
     def train(name: str, batch_norm: bool, loader: str) -> dict:
         model = {"name": "mlp", "hidden": 8, "batch_norm": batch_norm}
         spec = make_spec(model=model, loader=loader, **common)
-        return trainer.train(spec, tmp_path, tmp_path / "model.pt", tmp_path / f"{name}.pt")
+        return trainer.train(spec, tmp_path, tmp_path, tmp_path / f"{name}.pt")
 
     for loader in ("torch", "device"):
         result = train(loader, True, loader)
-        assert result["status"] == "ok" and len(result["history"]) == 2
+        assert result["status"] == "ok" and len(result["seeds"][0]["history"]) == 2
         assert result["data"]["train_samples_unseen_per_epoch"] == 1
         assert result["data"]["train_samples_unseen_reason"] == (
             "the last batch would put 1 sample(s) on a device, and batch norm over feature "

@@ -15,7 +15,7 @@ DDP = dict(
     dataset="tabular", model={"name": "mlp", "hidden": 16}, device="cpu", backend="gloo",
     launcher="torchrun", nproc_per_node=2, batch_size=16, epochs=3, num_workers=0,
 )  # fmt: skip
-FORMAT = "'rank=<int>,epoch=<int>,kind=raise|exit|kill|nan[,run=<study>/<run>]'"
+FORMAT = "'rank=<int>,epoch=<int>,kind=raise|exit|kill|nan[,run=<study>/<run>][,seed=<int>]'"
 
 
 def drill(tmp_path, data_dir, monkeypatch, fault: str, **overrides):
@@ -110,7 +110,7 @@ def test_nan_loss_on_one_rank_stops_every_rank_as_diverged_at_that_epoch(
     )
     assert metrics["status"] == "diverged"
     assert metrics["reason"] == "non-finite loss at epoch 2 (train nan, test nan)"
-    assert metrics["final"]["diverged_epoch"] == 2
+    assert metrics["final"]["diverged_epochs"] == [2]
     assert metrics["final"]["epochs_completed"] == 2 and len(metrics["history"]) == 2
     assert metrics["history"][0]["train_loss"] > 0 and metrics["history"][1]["train_loss"] is None
     assert (tmp_path / "history.csv").read_text().count("\n") == 3

@@ -16,6 +16,8 @@ from dmls.report import captions, figures, observations, page, section, special
 from dmls.report.aggregate import collect
 from dmls.report.cells import MIB
 from dmls.report.study import ReportError, Study, run_labels, varying_settings
+from dmls.supervisor import repeats
+from dmls.supervisor.supervise import METRICS_VERSION
 
 
 def fake_metrics(
@@ -28,6 +30,7 @@ def fake_metrics(
     gpu_mib: float | None = 300.0,
     history: list[dict] | None = None,
     eager_reason: str | None = None,
+    spread: tuple[float, ...] = (1.0,),
     **spec_overrides,
 ) -> dict:
     """A metrics.json as dmls.supervisor.supervise writes it, with chosen numbers;
@@ -37,6 +40,7 @@ def fake_metrics(
     processes = spec["nodes"] * spec["nproc_per_node"] if spec["launcher"] != "dp" else 1
     replicas = spec["nodes"] * spec["nproc_per_node"]
     record = {
+        "metrics_version": METRICS_VERSION,
         "study": study,
         "run": run,
         "status": status,
@@ -80,10 +84,10 @@ def fake_metrics(
             "test_accuracy": test_accuracy * e / epochs,
             "train_time_s": 10.0,
             "eval_time_s": 1.0,
+            "lr": 0.001,
         }
         for e in range(1, epochs + 1)
     ]
-    train_time = sum(h["train_time_s"] for h in history)
     gpus = (
         []
         if gpu_mib is None
@@ -96,23 +100,14 @@ def fake_metrics(
             }
         ]
     )
-    last = history[-1]
-    return record | {
-        "history": history,
-        "final": {
-            "train_loss": last["train_loss"],
-            "train_accuracy": last["train_accuracy"],
-            "test_loss": last["test_loss"],
-            "test_accuracy": last["test_accuracy"],
-            "best_test_accuracy": max(h["test_accuracy"] for h in history),
-            "epochs_completed": len(history),
-            "stopped_early_epoch": None,
-        },
+    # One seed per factor: each seed's numbers are the run's times its factor (1: one seed).
+    seeds = [fake_seed(k, history, samples_per_s, gpu_mib, f) for k, f in enumerate(spread)]
+    job = {
+        "seeds": seeds,
         "timing": {
-            "train_time_s": train_time,
+            "train_time_s": sum(s["timing"]["train_time_s"] for s in seeds),
             "eval_time_s": 1.0,
-            "wall_time_s": train_time + 5,
-            "samples_per_s": samples_per_s,
+            "wall_time_s": sum(s["timing"]["train_time_s"] for s in seeds) + 5,
         },
         "effective_precision": spec["precision"],
         "step": {
@@ -131,6 +126,47 @@ def fake_metrics(
             {"rank": r, "hostname": "h", "gpus": gpus, "peak_host_rss_bytes": 2000 * MIB}
             for r in range(processes)
         ],
+    }
+    return record | repeats.combine(job)
+
+
+def fake_seed(
+    seed: int, history: list[dict], samples_per_s: float, gpu_mib: float | None, factor: float
+) -> dict:
+    """One seed's result (training/results.py `seed_result`), its numbers scaled by `factor`."""
+    history = [
+        {"eval_time_s": 1.0, "lr": 0.001}
+        | h
+        | {k: h[k] * factor for k in ("train_loss", "test_loss", "train_time_s")}
+        | {k: min(1.0, h[k] * factor) for k in ("train_accuracy", "test_accuracy")}
+        for h in history
+    ]
+    last = history[-1]
+    train_time = sum(h["train_time_s"] for h in history)
+    return {
+        "seed": seed,
+        "status": "ok",
+        "reason": None,
+        "kept": False,
+        "history": history,
+        "final": {
+            "train_loss": last["train_loss"],
+            "train_accuracy": last["train_accuracy"],
+            "test_loss": last["test_loss"],
+            "test_accuracy": last["test_accuracy"],
+            "best_test_accuracy": max(h["test_accuracy"] for h in history),
+            "epochs_completed": len(history),
+            "stopped_early_epoch": None,
+            "diverged_epoch": None,
+        },
+        "timing": {
+            "train_time_s": train_time,
+            "first_epoch_s": history[0]["train_time_s"],
+            "steady_epoch_s": history[-1]["train_time_s"],
+            "samples_per_s": samples_per_s / factor,
+        },
+        "peak_gpu_mem_allocated_bytes": None if gpu_mib is None else gpu_mib * MIB * factor,
+        "peak_gpu_mem_reserved_bytes": None if gpu_mib is None else 2 * gpu_mib * MIB * factor,
     }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -84,6 +84,7 @@ class RunSpec:
     early_stopping_patience: int
     epochs: int
     seed: int
+    seeds: int
     train_samples: int
     test_samples: int
     num_workers: int
@@ -141,8 +142,27 @@ class RunSpec:
 
     def checkpoint_path(self, results_dir: Path | str) -> Path:
         """Where this run's resume checkpoint lives (dmls/training/checkpoint.py): outside the
-        rule's outputs, so Snakemake never deletes it with an incomplete run."""
+        rule's outputs, so Snakemake never deletes it with an incomplete run. With several
+        seeds, each seed's is beside it (`seed_checkpoint`)."""
         return Path(results_dir) / "checkpoints" / self.study / f"{self.run}.pt"
+
+    def seed_specs(self) -> list[RunSpec]:
+        """The runs this spec's job trains, one per seed: the same spec with `seed` + k and
+        `seeds: 1`, so that seed k of the job is, number for number, the job that trains that
+        seed alone."""
+        return [replace(self, seed=self.seed + k, seeds=1) for k in range(self.seeds)]
+
+    def seed_checkpoint(self, checkpoint: Path, seed: int) -> Path:
+        """Seed `seed`'s checkpoint in a job whose run checkpoint is `checkpoint`: that file
+        itself for one seed, else `<run>.seed<seed>.pt` beside it."""
+        return (
+            checkpoint
+            if self.seeds == 1
+            else checkpoint.with_name(f"{checkpoint.stem}.seed{seed}{checkpoint.suffix}")
+        )
+
+    def seed_checkpoints(self, checkpoint: Path) -> list[Path]:
+        return [self.seed_checkpoint(checkpoint, s.seed) for s in self.seed_specs()]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

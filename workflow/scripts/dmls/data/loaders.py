@@ -3,6 +3,7 @@ resident on the training device (`loader: device`, data/device_resident.py)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,17 @@ def _has_augmentation(spec: RunSpec) -> bool:
     return a.random_crop or a.horizontal_flip or bool(a.color_jitter) or bool(a.rotation_degrees)
 
 
+@functools.lru_cache(maxsize=2)
+def _dataset(data_dir: Path, name: str) -> datasets.Dataset:
+    """A prepared dataset, read from disk once per process: the seeds of a job share it."""
+    return datasets.load(data_dir, name)
+
+
+def load_manifest(data_dir: Path, name: str) -> dict[str, Any]:
+    """The manifest of a prepared dataset (its SHA-256 is part of a checkpoint's identity)."""
+    return _dataset(Path(data_dir), name).manifest
+
+
 def make_loaders(
     spec: RunSpec,
     data_dir: Path,
@@ -97,7 +109,7 @@ def make_loaders(
     takes per micro-step, split over `devices_per_step` devices by DataParallel), on `device`
     for `loader: device`. A ragged last batch that would leave a device fewer than
     `min_samples_per_device` samples is dropped, and the loaders say so."""
-    ds = datasets.load(data_dir, spec.dataset)
+    ds = _dataset(Path(data_dir), spec.dataset)
     x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
     if spec.train_samples:
         x_train, y_train = x_train[: spec.train_samples], y_train[: spec.train_samples]

@@ -1,4 +1,6 @@
-"""Collect every run's metrics.json into one table (results/runs.csv)."""
+"""Collect every run's metrics.json into one table (results/runs.csv: one row per run, each
+number the mean over the run's seeds with its 95% interval's half-width in `<column>_ci95`) and
+one per seed (results/seeds.csv)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import pandas as pd
 
 from dmls.files import atomic_write, read_json
 from dmls.report.cells import joined
+from dmls.supervisor.repeats import SUMMARY_METRICS, seed_value
+from dmls.supervisor.supervise import METRICS_VERSION
 
 # Leading columns, in this order; every spec key follows as a `spec.`-prefixed column.
 SUMMARY_COLUMNS = [
@@ -19,8 +23,11 @@ SUMMARY_COLUMNS = [
     "train_time_s", "first_epoch_s", "steady_epoch_s", "wall_time_s", "samples_per_s",
     "peak_gpu_mem_allocated_bytes",
     "peak_gpu_mem_reserved_bytes", "peak_host_rss_bytes", "gpu_names", "hostnames",
-    "slurm_job_id",
+    "slurm_job_id", "seeds",
+    *(f"{m}_ci95" for m in SUMMARY_METRICS),
 ]  # fmt: skip
+# The per-seed table's columns after study, run and seed.
+SEED_COLUMNS = ["status", "reason", "kept", *SUMMARY_METRICS]
 
 
 def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -38,25 +45,20 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
         ranks = metrics["ranks"]
         gpus = [g for r in ranks for g in r["gpus"]]
         step = metrics["step"]
-        row |= metrics["final"] | {
+        summary = metrics["summary"]
+        estimates = {m: summary[m] or {} for m in SUMMARY_METRICS}
+        row |= {m: e.get("mean") for m, e in estimates.items()}
+        row |= {f"{m}_ci95": e.get("ci95") for m, e in estimates.items()}
+        row |= {
             "data_synthetic": metrics["data"]["synthetic"],
             "effective_precision": metrics["effective_precision"],
             # How the steps really ran (dmls/training/steps.py): "cuda_graph", with "+compile"
             # when compiled, or "eager" and why.
             "step_mode": step["mode"] + ("+compile" if step["compiled"] else ""),
             "step_eager_reason": step["eager_reason"],
-            "train_time_s": metrics["timing"]["train_time_s"],
-            # (Runs recorded before these existed have neither.)
-            "first_epoch_s": metrics["timing"].get("first_epoch_s"),
-            "steady_epoch_s": metrics["timing"].get("steady_epoch_s"),
+            "seeds": summary["seeds"],
+            # The job's, all seeds together.
             "wall_time_s": metrics["timing"]["wall_time_s"],
-            "samples_per_s": metrics["timing"]["samples_per_s"],
-            "peak_gpu_mem_allocated_bytes": max(
-                (g["peak_gpu_mem_allocated_bytes"] for g in gpus), default=None
-            ),
-            "peak_gpu_mem_reserved_bytes": max(
-                (g["peak_gpu_mem_reserved_bytes"] for g in gpus), default=None
-            ),
             "peak_host_rss_bytes": max(r["peak_host_rss_bytes"] for r in ranks),
             "gpu_names": ";".join(sorted({g["name"] for g in gpus})) or None,
             "hostnames": ";".join(sorted({r["hostname"] for r in ranks})),
@@ -84,6 +86,12 @@ def read_metrics(path: Path) -> dict[str, Any]:
     missing = [k for k in ("study", "run", "status", "derived", "spec") if k not in metrics]
     if missing:
         raise MetricsError(f"{path} lacks {', '.join(missing)}; {rebuild}")
+    version = metrics.get("metrics_version")
+    if version != METRICS_VERSION:
+        raise MetricsError(
+            f"{path} is metrics version {version}, this pipeline reads {METRICS_VERSION} (runs "
+            f"with their seeds); {rebuild}"
+        )
     return metrics
 
 
@@ -96,9 +104,33 @@ def collect(paths: list[Path]) -> pd.DataFrame:
     return frame[leading + rest].sort_values(["study", "run"], kind="stable")
 
 
+def seed_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per seed of a run that trained (none for a skipped or failed run)."""
+    if metrics["status"] not in ("ok", "diverged"):
+        return []
+    return [
+        {"study": metrics["study"], "run": metrics["run"], "seed": seed["seed"]}
+        | {k: seed[k] for k in ("status", "reason", "kept")}
+        | {m: seed_value(seed, m) for m in SUMMARY_METRICS}
+        for seed in metrics["seeds"]
+    ]
+
+
+def collect_seeds(paths: list[Path]) -> pd.DataFrame:
+    """The per-seed table: one row per seed of every run that trained."""
+    rows = [row for p in paths for row in seed_rows(read_metrics(p))]
+    return pd.DataFrame(rows, columns=["study", "run", "seed", *SEED_COLUMNS])
+
+
 def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     """Entry of the `aggregate_runs` rule (workflow/scripts/aggregate_runs.py); `log` is the
     rule's log, open (dmls.joblog)."""
-    frame = collect([Path(p) for p in snakemake.input.metrics])
+    paths = [Path(p) for p in snakemake.input.metrics]
+    frame = collect(paths)
     atomic_write(Path(snakemake.output.table), lambda f: frame.to_csv(f, index=False))
-    print(f"{len(frame)} runs: {frame['status'].value_counts().to_dict()}", file=log)
+    seeds = collect_seeds(paths)
+    atomic_write(Path(snakemake.output.seeds), lambda f: seeds.to_csv(f, index=False))
+    print(
+        f"{len(frame)} runs: {frame['status'].value_counts().to_dict()}; {len(seeds)} seeds",
+        file=log,
+    )

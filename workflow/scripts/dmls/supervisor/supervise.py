@@ -29,7 +29,7 @@ from filelock import FileLock, Timeout
 from dmls.config.spec import RunSpec
 from dmls.data import datasets
 from dmls.files import read_json, write_json
-from dmls.supervisor import launch, slots
+from dmls.supervisor import launch, repeats, slots
 from dmls.supervisor.hardware import (
     Host,
     describe,
@@ -42,9 +42,10 @@ from dmls.supervisor.slurm import SlurmError, SlurmJob
 from dmls.training.faults import ENV as FAULT_ENV
 from dmls.training.faults import Fault
 
-METRICS_VERSION = 1
+# 2: a run holds its seeds (`seeds`), their `summary`, and the mean `final` and `history`.
+METRICS_VERSION = 2
 HISTORY_COLUMNS = (
-    "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+    "seed", "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
     "train_time_s", "eval_time_s", "lr",
 )  # fmt: skip
 # How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
@@ -92,15 +93,19 @@ def run(
     if (
         fault
         and fault.targets(spec.run_id)
-        and (problem := fault.cannot_fire(spec.processes, spec.epochs))
+        and (
+            problem := fault.cannot_fire(
+                spec.processes, spec.epochs, [s.seed for s in spec.seed_specs()]
+            )
+        )
     ):
         raise ValueError(f"{spec.run_id}: {problem}")
     run_dir.mkdir(parents=True, exist_ok=True)
     # Files a previous attempt may have left; Snakemake only removes the declared output.
-    for name in ("worker.json", "history.csv", "model.pt"):
+    for name in ("worker.json", "history.csv"):
         (run_dir / name).unlink(missing_ok=True)
-    for error_file in run_dir.glob("error-rank*.json"):
-        error_file.unlink()
+    for left in [*run_dir.glob("error-rank*.json"), *run_dir.glob("model*.pt")]:
+        left.unlink()
     host, software = (
         host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
     )
@@ -186,12 +191,13 @@ def run(
             # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
             return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
 
-        result = read_json(run_dir / "worker.json")
+        result = repeats.combine(read_json(run_dir / "worker.json"))
         (run_dir / "worker.json").unlink()
-        _write_history(run_dir / "history.csv", result["history"])
+        _write_history(run_dir / "history.csv", result["seeds"])
         record = _finish(run_dir, record | result, strict)
         # Only now, with its result on disk: the run has ended, nothing is left to resume.
-        checkpoint_path.unlink(missing_ok=True)
+        for path in spec.seed_checkpoints(checkpoint_path):
+            path.unlink(missing_ok=True)
         return record
 
 
@@ -295,9 +301,10 @@ def _interruption(
     """Why the run ended without a result of its own, to resume rather than record (a launcher
     killed from outside, a rank stopped by a full disk), or None."""
     if first_failure is not None and first_failure < 0:
+        saved = [p for p in spec.seed_checkpoints(checkpoint_path) if p.exists()]
         resume = (
-            f"from its last finished epoch ({checkpoint_path})"
-            if checkpoint_path.exists()
+            f"from its last finished epoch ({', '.join(map(str, saved))})"
+            if saved
             else "from epoch 1 (no epoch had finished)"
         )
         return (
@@ -363,11 +370,12 @@ def _elastic_exit_codes(launcher_output: str) -> dict[int, int]:
     return codes
 
 
-def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
+def _write_history(path: Path, seeds: list[dict[str, Any]]) -> None:
+    """Every seed's epochs, one row each."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS)
         writer.writeheader()
-        writer.writerows(history)
+        writer.writerows({"seed": s["seed"]} | row for s in seeds for row in s["history"])
 
 
 def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, Any]:

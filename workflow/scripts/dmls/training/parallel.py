@@ -26,6 +26,7 @@ the checkpoints stay as they are.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -138,6 +139,10 @@ class SingleDevice:
         """The GPUs this process trains on."""
         device = self.process.device
         return [device.index] if device.type == "cuda" else []
+
+    def end_seed(self) -> None:
+        """Let go of the seed's prepared model: the next seed prepares a fresh one."""
+        self.module = self.scaler = None
 
     def close(self) -> None:
         """Leave the process group (after the step has freed what it held of it)."""
@@ -286,10 +291,10 @@ class DataParallel(SingleDevice):
             return ThreadedDataParallel(model, device_ids=devices)
         return nn.DataParallel(model, device_ids=devices)
 
-    def close(self) -> None:
+    def end_seed(self) -> None:
         if isinstance(self.module, ThreadedDataParallel):
             self.module.threads.close()
-        super().close()
+        super().end_seed()
 
     def capture_blockers(self) -> list[str]:
         return ["DataParallel copies the model to its GPUs from Python in every step"]
@@ -351,6 +356,7 @@ class Accelerate(SingleDevice):
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
         self.accelerator: Any = None
+        self.fresh_scaler: dict[str, Any] | None = None  # the loss scaler's state before a step
 
     def join(self) -> Process:
         from accelerate import Accelerator
@@ -359,6 +365,8 @@ class Accelerate(SingleDevice):
         # Mixed precision and CPU mode come from `accelerate launch` flags (environment).
         acc = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=COLLECTIVE_TIMEOUT)])
         self.accelerator = acc
+        if acc.scaler is not None:
+            self.fresh_scaler = copy.deepcopy(acc.scaler.state_dict())
         process = Process(
             acc.process_index, acc.local_process_index, acc.num_processes, self._node_rank(),
             acc.device,
@@ -381,11 +389,19 @@ class Accelerate(SingleDevice):
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
     ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
         acc = self.accelerator
+        if acc.scaler is not None:  # each seed starts from the initial loss scale
+            acc.scaler.load_state_dict(self.fresh_scaler)
         if scheduler is None:
             self.module, optimizer = acc.prepare(model, optimizer)
         else:
             self.module, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
         return self.module, optimizer, scheduler
+
+    def end_seed(self) -> None:
+        # The Accelerator keeps what it prepared (for its save_state); the next seed prepares
+        # its own.
+        self.accelerator.free_memory()
+        super().end_seed()
 
     def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
         return self.accelerator.no_sync(self.module) if skip else contextlib.nullcontext()

@@ -15,14 +15,17 @@ from dmls.data.loaders import Loaders
 from dmls.training.parallel import Process
 
 
-def rank_facts(process: Process, gpu_indices: list[int]) -> dict[str, Any]:
-    """Where this rank ran and what it used at most."""
+def rank_facts(
+    process: Process, gpu_indices: list[int], peaks: dict[int, tuple[int, int]]
+) -> dict[str, Any]:
+    """Where this rank ran and what it used at most; `peaks` holds each GPU's peak (allocated,
+    reserved) bytes over the job's seeds (`gpu_peaks`)."""
     gpus = [
         {
             "index": i,
             "name": torch.cuda.get_device_name(i),
-            "peak_gpu_mem_allocated_bytes": torch.cuda.max_memory_allocated(i),
-            "peak_gpu_mem_reserved_bytes": torch.cuda.max_memory_reserved(i),
+            "peak_gpu_mem_allocated_bytes": peaks[i][0],
+            "peak_gpu_mem_reserved_bytes": peaks[i][1],
         }
         for i in gpu_indices
     ]
@@ -43,24 +46,42 @@ def rank_facts(process: Process, gpu_indices: list[int]) -> dict[str, Any]:
     }
 
 
-def run_result(
+def reset_gpu_peaks(gpu_indices: list[int]) -> None:
+    """Start a seed's peak memory afresh on this rank's GPUs."""
+    for i in gpu_indices:
+        torch.cuda.reset_peak_memory_stats(i)
+
+
+def gpu_peaks(gpu_indices: list[int]) -> dict[int, tuple[int, int]]:
+    """Peak (allocated, reserved) bytes of this rank's GPUs since the last reset."""
+    return {
+        i: (torch.cuda.max_memory_allocated(i), torch.cuda.max_memory_reserved(i))
+        for i in gpu_indices
+    }
+
+
+def seed_result(
+    seed: int,
     outcome: dict[str, Any],
     *,
-    times: dict[str, float],
     loaders: Loaders,
+    setup_s: float,
+    fit_s: float,
     effective_precisions: list[str],
     fp8_linear_layers: int,
     step: dict[str, Any],
-    world_size: int,
-    ranks: list[dict[str, Any]],
+    peaks: list[dict[int, tuple[int, int]]],
 ) -> dict[str, Any]:
-    """The run's result from `Trainer.fit`'s outcome. `times` holds perf_counter stamps:
-    `start`, `joined` (the process group), `fit_start` and `fit_end`."""
+    """One seed's result from `Trainer.fit`'s outcome; `peaks` holds every rank's GPU peaks
+    during the seed (`gpu_peaks`)."""
     history = outcome["history"]
     n_train, n_test, manifest = loaders.n_train, loaders.n_test, loaders.manifest
     train_time = sum(h["train_time_s"] for h in history)
     last = history[-1] if history else {}
+    allocated = [a for rank in peaks for a, _ in rank.values()]
+    reserved = [r for rank in peaks for _, r in rank.values()]
     return {
+        "seed": seed,
         "status": outcome["status"],
         "reason": outcome["reason"],
         "history": history,
@@ -75,22 +96,24 @@ def run_result(
             "diverged_epoch": outcome["diverged_epoch"],
         },
         "resumed_from_epoch": outcome["resumed_from_epoch"],
-        # Where the run's seconds went, in order: joining the process group, loading the
-        # data and building the model (setup); the epochs (train, eval, checkpoints);
-        # gathering the results, saving the model and leaving the group (teardown; it and
-        # the wall time are set by the caller, last). train.py adds the imports before it all.
+        # Finished in an earlier attempt of the job (killed during a later seed) and kept.
+        "kept": False,
+        # Where the seed's seconds went: building its trainer (model, optimizer, loaders, step),
+        # then the epochs (train, eval, checkpoints).
         "timing": {
-            "setup_s": times["fit_start"] - times["start"],
-            "process_group_s": times["joined"] - times["start"],  # of setup: NCCL's init
+            "setup_s": setup_s,
             "train_time_s": train_time,
             "eval_time_s": sum(h["eval_time_s"] for h in history),
             "checkpoint_time_s": outcome["checkpoint_time_s"],
-            "fit_s": times["fit_end"] - times["fit_start"],
+            "fit_s": fit_s,
             "samples_per_s": n_train * len(history) / train_time if train_time else None,
             # The first epoch also pays for warm-up (cuDNN autotuning, graph capture, compiling);
             # the steady epoch, the median of the later ones, is what runs compare on.
             **epoch_times(history),
         },
+        # The largest over the job's GPUs (None on CPUs); each GPU's is in the run's `ranks`.
+        "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
+        "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
         "effective_precision": "/".join(sorted(set(effective_precisions))),
         "fp8_linear_layers": fp8_linear_layers,
         "step": step,
@@ -102,6 +125,50 @@ def run_result(
             "train_samples_unseen_per_epoch": loaders.unseen_per_epoch,
             "train_samples_unseen_reason": loaders.unseen_reason,
         },
+    }
+
+
+def job_result(
+    seeds: list[dict[str, Any]],
+    *,
+    times: dict[str, float],
+    world_size: int,
+    ranks: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The job's result: every seed's (`seed_result`), and how the job's seconds went. `times`
+    holds perf_counter stamps: `start`, `joined` (the process group), `fit_start` (the first
+    seed's trainer built) and `fit_end` (the last seed done). The supervisor adds the seeds'
+    means and intervals (dmls/supervisor/repeats.py)."""
+    diverged = [s for s in seeds if s["status"] != "ok"]
+    first = seeds[0]
+    return {
+        "status": "diverged" if diverged else "ok",
+        "reason": "; ".join(
+            s["reason"] if len(seeds) == 1 else f"seed {s['seed']}: {s['reason']}" for s in diverged
+        )
+        or None,
+        "seeds": seeds,
+        # Where the job's seconds went, in order: joining the process group, loading the data
+        # and building the first seed's trainer (setup); the seeds' epochs and the later seeds'
+        # trainers (fit); gathering the results, saving and leaving the group (teardown; it and
+        # the wall time are set by the caller, last). train.py adds the imports before it all.
+        "timing": {
+            "setup_s": times["fit_start"] - times["start"],
+            "process_group_s": times["joined"] - times["start"],  # of setup: NCCL's init
+            "fit_s": times["fit_end"] - times["fit_start"],
+            **{
+                key: sum(s["timing"][key] for s in seeds if not s["kept"])
+                for key in ("train_time_s", "eval_time_s", "checkpoint_time_s")
+            },
+            # Building the trainers of the seeds after the first (part of fit).
+            "seed_setup_s": sum(s["timing"]["setup_s"] for s in seeds[1:] if not s["kept"]),
+        },
+        "effective_precision": "/".join(
+            sorted({p for s in seeds for p in s["effective_precision"].split("/") if p})
+        ),
+        "fp8_linear_layers": first["fp8_linear_layers"],
+        "step": first["step"],
+        "data": first["data"],
         "world_size": world_size,
         "ranks": ranks,
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import sys
 import time
 from collections.abc import Iterator
@@ -19,19 +20,26 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
 from dmls.config.spec import RunSpec, SpecError
-from dmls.data.loaders import make_loaders
+from dmls.data.loaders import load_manifest, make_loaders
 from dmls.training import checkpoint
 from dmls.training.faults import Drill
 from dmls.training.models import build_model
 from dmls.training.optimizers import make_optimizer, make_scheduler
 from dmls.training.parallel import Process, SingleDevice, strategy_for
 from dmls.training.precision import Autocast, PrecisionProbe, convert_to_float8
-from dmls.training.results import rank_facts, run_result
+from dmls.training.results import (
+    gpu_peaks,
+    job_result,
+    rank_facts,
+    reset_gpu_peaks,
+    seed_result,
+)
 from dmls.training.steps import build_step, eager_reason, on_stream
 
 
@@ -58,7 +66,11 @@ class Trainer:
     ) -> None:
         self.spec, self.strategy, self.process = spec, strategy, process
         device = process.device
-        drill = Drill.from_env(spec.run_id, process.rank)
+        # Every generator from the seed first: a seed trained after others in the same process
+        # draws exactly what it would draw in a job of its own (its data order, augmentation,
+        # DataLoader workers' seeds).
+        seed_everything(spec.seed)
+        drill = Drill.from_env(spec.run_id, process.rank, spec.seed)
         # The fast step on a GPU (`step: graph|compile`); `step: eager` is the course's code.
         fast = device.type == "cuda" and spec.step != "eager"
         # channels_last: cuDNN's convolutions run NHWC natively; NCHW costs a transpose each.
@@ -296,6 +308,15 @@ class Trainer:
     def model_state(self) -> dict[str, torch.Tensor]:
         return self.strategy.model_state(self.model)
 
+    def save_finished(self, path: Path, state: dict[str, Any]) -> None:
+        """Replace the seed's last epoch checkpoint by its end: weights and result (rank 0)."""
+        checkpoint.save(path, self._checkpoint_identity(), state)
+
+    def release(self) -> None:
+        """Free what this seed's trainer holds on the devices (CUDA graphs, loaders)."""
+        self.step.release()
+        del self.module, self.optimizer, self.scheduler, self.model, self.data
+
     def step_record(self) -> dict[str, Any]:
         """How the training steps really ran: replayed from a CUDA graph, or eagerly and why."""
         channels_last = self.memory_format == torch.channels_last
@@ -306,37 +327,90 @@ class Trainer:
         } | self.step.record()
 
 
-def train(
-    spec: RunSpec, data_dir: Path, model_path: Path, checkpoint_path: Path
-) -> dict[str, Any] | None:
-    """Run one training, resuming from `checkpoint_path` when it holds this spec's last
-    finished epoch; rank 0 saves the final weights to `model_path` and returns the result
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # the CPU's and every CUDA device's
+
+
+def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -> dict | None:
+    """Train every seed of `spec` in this process (`RunSpec.seed_specs`): the process group,
+    the imports and the data are set up once, each seed gets a trainer of its own. Each seed
+    resumes from its own checkpoint (`RunSpec.seed_checkpoint`) when it holds that seed's last
+    finished epoch, and a seed that finished in an earlier attempt of the job is kept as it
+    was. Rank 0 saves each seed's final weights in `run_dir` and returns the job's result
     (other ranks None)."""
     times = {"start": time.perf_counter()}
     strategy = strategy_for(spec)
     process = strategy.join()
     times["joined"] = time.perf_counter()
     torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
-    trainer = Trainer(spec, strategy, process, data_dir)
-    times["fit_start"] = time.perf_counter()
-    outcome = trainer.fit(checkpoint_path)
+    gpus = strategy.gpu_indices()
+    job_peaks = dict.fromkeys(gpus, (0, 0))  # each GPU's peak over the seeds
+    seeds = []
+    for k, seed_spec in enumerate(spec.seed_specs()):
+        if process.is_main and spec.seeds > 1:
+            print(f"seed {seed_spec.seed} ({k + 1} of {spec.seeds})", flush=True)
+        path = spec.seed_checkpoint(checkpoint_path, seed_spec.seed)
+        model_path = run_dir / ("model.pt" if spec.seeds == 1 else f"model-seed{seed_spec.seed}.pt")
+        kept = _finished_seed(seed_spec, process, data_dir, path)
+        if kept is not None:
+            if process.is_main:
+                print(f"seed {seed_spec.seed} finished in an earlier attempt: kept", flush=True)
+                _save_model(model_path, seed_spec, kept)
+            seeds.append(kept["result"] | {"kept": True})
+        else:
+            reset_gpu_peaks(gpus)
+            built = time.perf_counter()
+            trainer = Trainer(seed_spec, strategy, process, data_dir)
+            fit_start = time.perf_counter()
+            outcome = trainer.fit(path)
+            fit_s = time.perf_counter() - fit_start
+            peaks = gpu_peaks(gpus)
+            job_peaks = {i: tuple(map(max, job_peaks[i], peaks[i])) for i in gpus}
+            all_peaks = process.gather(peaks)
+            effective = process.gather(trainer.probe.effective)
+            if process.is_main:
+                result = seed_result(
+                    seed_spec.seed, outcome, loaders=trainer.data, setup_s=fit_start - built,
+                    fit_s=fit_s, effective_precisions=effective,
+                    fp8_linear_layers=trainer.fp8_linear_layers, step=trainer.step_record(),
+                    peaks=all_peaks,
+                )  # fmt: skip
+                state = {"epoch": len(outcome["history"]), "model": trainer.model_state()}
+                _save_model(model_path, seed_spec, state)
+                # The seed's end, kept until the job's result is written: a job killed during
+                # a later seed does not train this one again.
+                trainer.save_finished(path, state | {"result": result})
+                seeds.append(result)
+            trainer.release()
+            strategy.end_seed()
+        if k == 0:
+            times["fit_start"] = built if kept is None else time.perf_counter()
     times["fit_end"] = time.perf_counter()
-    ranks = process.gather(rank_facts(process, strategy.gpu_indices()))
-    effective = process.gather(trainer.probe.effective)
+    ranks = process.gather(rank_facts(process, gpus, job_peaks))
     result = None
     if process.is_main:
-        epochs = len(outcome["history"])
-        model = {"model": trainer.model_state(), "spec": spec.to_dict(), "epochs": epochs}
-        torch.save(model, model_path)
-        result = run_result(
-            outcome, times=times, loaders=trainer.data, effective_precisions=effective,
-            fp8_linear_layers=trainer.fp8_linear_layers, step=trainer.step_record(),
-            world_size=process.world_size, ranks=ranks,
-        )  # fmt: skip
-    trainer.step.release()  # before the process group goes
+        result = job_result(seeds, times=times, world_size=process.world_size, ranks=ranks)
     strategy.close()
     if result is not None:
         end = time.perf_counter()
         teardown = {"teardown_s": end - times["fit_end"], "wall_time_s": end - times["start"]}
         result["timing"] |= teardown
     return result
+
+
+def _finished_seed(
+    spec: RunSpec, process: Process, data_dir: Path, path: Path
+) -> dict[str, Any] | None:
+    """The state a finished seed left in its checkpoint (`Trainer.save_finished`), or None
+    when the seed has yet to train or finish (its trainer then resumes or starts it)."""
+    if not path.exists():
+        return None
+    manifest = load_manifest(data_dir, spec.dataset)
+    state, _ = checkpoint.load(path, checkpoint.identity(spec, manifest), set_aside=False)
+    return state if state is not None and "result" in state else None
+
+
+def _save_model(path: Path, spec: RunSpec, state: dict[str, Any]) -> None:
+    torch.save({"model": state["model"], "spec": spec.to_dict(), "epochs": state["epoch"]}, path)

@@ -3,7 +3,7 @@
 python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
                 --checkpoint results/checkpoints/<study>/<run>.pt
 
-Rank 0 writes the run's result to `<run-dir>/worker.json`; a rank that fails writes
+Rank 0 writes the run's result (every seed's) to `<run-dir>/worker.json`; a rank that fails writes
 `<run-dir>/error-rank<N>.json` (the supervisor names the first as the run's reason).
 Importing this module is cheap: torch and the trainer are imported by `main`, after the
 process is tied to its launcher.
@@ -47,7 +47,7 @@ def main(imports_start: float, argv: list[str] | None = None) -> None:
     try:
         spec = RunSpec.from_json(args.spec)
         imports = time.perf_counter() - imports_start
-        result = trainer.train(spec, args.data_dir, args.run_dir / "model.pt", args.checkpoint)
+        result = trainer.train(spec, args.data_dir, args.run_dir, args.checkpoint)
         if result is not None:
             result["timing"]["import_s"] = imports
             write_json(args.run_dir / "worker.json", result)

@@ -1,0 +1,170 @@
+"""A run's seeds in one job (config `seeds`): independent, resumable one by one, combined."""
+
+import json
+
+import pytest
+
+from conftest import make_spec
+from dmls.supervisor import repeats, supervise
+
+EPOCH_KEYS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr")
+DDP = dict(
+    dataset="tabular", model={"name": "mlp", "hidden": 16}, device="cpu", backend="gloo",
+    launcher="torchrun", nproc_per_node=2, batch_size=32, epochs=3, num_workers=0,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def images_dir(tmp_path_factory):
+    from dmls.data import datasets
+
+    out = tmp_path_factory.mktemp("images")
+    datasets.prepare("synthetic_cifar", {"n_train": 64, "n_test": 32, "seed": 0}, out)
+    return out
+
+
+def epochs(seed: dict) -> list[tuple]:
+    return [tuple(row[k] for k in EPOCH_KEYS) for row in seed["history"]]
+
+
+@pytest.mark.parametrize("path", ["workers", "augmented"])
+def test_each_seed_of_a_job_equals_a_job_that_trains_that_seed_alone(
+    tmp_path, tabular_dir, images_dir, path
+):
+    """Data order, weights, augmentation and DataLoader workers' streams all restart from the
+    seed: nothing of seed 0 leaks into seed 1 (CPU, bitwise)."""
+    from dmls.training import trainer
+
+    if path == "workers":  # the course's DataLoader, with a worker process drawing its seed
+        settings = dict(dataset="tabular", model={"name": "mlp", "hidden": 8}, loader="torch",
+                        num_workers=1)  # fmt: skip
+        data_dir = tabular_dir
+    else:  # random crops and flips drawn on the device path
+        settings = dict(
+            dataset="synthetic_cifar", loader="device", num_workers=0,
+            model={"name": "cnn", "conv_channels": [4], "fc_hidden": 8, "batch_norm": True},
+            augment={"random_crop": True, "horizontal_flip": True},
+        )  # fmt: skip
+        data_dir = images_dir
+    spec = make_spec(device="cpu", epochs=2, batch_size=16, seed=5, seeds=2, **settings)
+    (tmp_path / "job").mkdir()
+    job = trainer.train(spec, data_dir, tmp_path / "job", tmp_path / "job.pt")
+    assert [s["seed"] for s in job["seeds"]] == [5, 6]
+    for seed, alone_spec in zip(job["seeds"], spec.seed_specs(), strict=True):
+        (tmp_path / f"alone{alone_spec.seed}").mkdir()
+        alone = trainer.train(
+            alone_spec, data_dir, tmp_path / f"alone{alone_spec.seed}", tmp_path / "alone.pt"
+        )
+        assert epochs(seed) == epochs(alone["seeds"][0])
+        assert (tmp_path / "job" / f"model-seed{alone_spec.seed}.pt").exists()
+    # ... and the two seeds are not the same run twice.
+    first, second = job["seeds"]
+    assert epochs(first)[0] != epochs(second)[0]
+
+
+def test_a_job_killed_during_seed_2_keeps_seed_1_and_resumes_seed_2(
+    tmp_path, tabular_dir, monkeypatch
+):
+    spec = make_spec(run="seeds", seeds=2, **DDP)
+    checkpoint = tmp_path / "checkpoints" / "seeds.pt"
+
+    def job(name: str) -> dict:
+        run_dir = tmp_path / name
+        run_dir.mkdir(exist_ok=True)
+        with open(run_dir / "train.log", "w") as log:
+            return supervise.run(
+                spec, run_dir=run_dir, data_dir=tabular_dir, log=log, threads=2,
+                checkpoint_path=checkpoint if name == "killed" else tmp_path / f"{name}.pt",
+            )  # fmt: skip
+
+    # Rank 1 is killed (SIGKILL, as by the OOM killer) halfway through epoch 2 of seed 1, the
+    # job's second seed: the run fails, and its checkpoints stay for the rerun.
+    monkeypatch.setenv("DMLS_FAULT", "rank=1,epoch=2,kind=kill,seed=1")
+    failed = job("killed")
+    assert failed["status"] == "failed" and "rank 1 was killed by SIGKILL" in failed["reason"]
+    seed0, seed1 = spec.seed_checkpoints(checkpoint)
+    assert seed0.exists() and seed1.exists()
+    kept_bytes = seed0.read_bytes()
+
+    monkeypatch.delenv("DMLS_FAULT")
+    resumed = job("killed")
+    log = (tmp_path / "killed" / "train.log").read_text()
+    assert "seed 0 finished in an earlier attempt: kept" in log
+    assert f"resuming from checkpoint {seed1}: 1 epoch(s) finished" in log
+    first, second = resumed["seeds"]
+    assert first["kept"] and first["resumed_from_epoch"] == 0
+    assert not second["kept"] and second["resumed_from_epoch"] == 1
+    assert not seed0.exists() and not seed1.exists()  # the run has ended
+    assert kept_bytes  # (seed 0's file was there, untouched, until then)
+
+    reference = job("reference")
+    assert resumed["status"] == reference["status"] == "ok"
+    for got, want in zip(resumed["seeds"], reference["seeds"], strict=True):
+        assert epochs(got) == epochs(want)
+    assert resumed["final"] == reference["final"]
+    assert resumed["summary"]["test_accuracy"] == reference["summary"]["test_accuracy"]
+
+    # The files of the run: a model per seed, and every seed's epochs in history.csv.
+    run_dir = tmp_path / "killed"
+    assert sorted(p.name for p in run_dir.glob("model*.pt")) == ["model-seed0.pt", "model-seed1.pt"]
+    rows = (run_dir / "history.csv").read_text().splitlines()
+    assert rows[0].startswith("seed,epoch,") and len(rows) == 1 + 2 * 3
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["metrics_version"] == 2 and metrics["summary"]["seeds"] == 2
+
+
+def test_a_drill_for_a_seed_the_run_does_not_train_is_an_error(tmp_path, tabular_dir, monkeypatch):
+    monkeypatch.setenv("DMLS_FAULT", "rank=0,epoch=1,kind=raise,seed=7")
+    spec = make_spec(run="seeds", seeds=2, **DDP)
+    with (
+        open(tmp_path / "train.log", "w") as log,
+        pytest.raises(ValueError, match=r"seed 7, but the run trains seeds \[0, 1\]"),
+    ):
+        supervise.run(
+            spec, run_dir=tmp_path, data_dir=tabular_dir, log=log, threads=2,
+            checkpoint_path=tmp_path / "c.pt",
+        )  # fmt: skip
+
+
+def seed(value: float, time_s: float, epochs: int = 2, early: int | None = None) -> dict:
+    history = [
+        {"epoch": e + 1, "train_loss": value + e, "train_accuracy": value, "test_loss": value,
+         "test_accuracy": value, "train_time_s": time_s, "eval_time_s": 0.1, "lr": 0.01}
+        for e in range(epochs)
+    ]  # fmt: skip
+    return {
+        "seed": 0, "history": history,
+        "final": {"train_loss": value, "train_accuracy": value, "test_loss": value,
+                  "test_accuracy": value, "best_test_accuracy": value, "epochs_completed": epochs,
+                  "stopped_early_epoch": early, "diverged_epoch": None},
+        "timing": {"train_time_s": time_s * epochs, "first_epoch_s": time_s,
+                   "steady_epoch_s": time_s, "samples_per_s": 100 / time_s},
+        "peak_gpu_mem_allocated_bytes": None, "peak_gpu_mem_reserved_bytes": None,
+    }  # fmt: skip
+
+
+def test_combine_gives_means_intervals_and_the_mean_curve_over_the_seeds_that_trained_it():
+    result = repeats.combine({"seeds": [seed(0.5, 1.0), seed(0.7, 3.0, epochs=3, early=3)]})
+    summary = result["summary"]
+    assert summary["seeds"] == 2
+    accuracy = summary["test_accuracy"]
+    assert accuracy["mean"] == pytest.approx(0.6) and accuracy["n"] == 2
+    # Student t with 1 degree of freedom: t(0.975, 1) = 12.7062; s = 0.1414, s/√2 = 0.1.
+    assert accuracy["ci95"] == pytest.approx(12.7062 * 0.1, rel=1e-4)
+    assert summary["peak_gpu_mem_allocated_bytes"] is None  # a CPU run: no GPU memory
+    assert result["final"]["test_accuracy"] == pytest.approx(0.6)
+    assert result["final"]["stopped_early_epochs"] == [None, 3]
+    # Epoch 3 only the second seed trained: its mean is that seed's, without an interval.
+    third = result["history"][2]
+    assert third["seeds"] == 1 and third["train_loss"] == pytest.approx(2.7)
+    assert third["train_loss_ci95"] is None
+    assert result["history"][0]["seeds"] == 2
+    assert result["history"][0]["train_loss"] == pytest.approx(0.6)
+
+
+def test_one_seed_has_its_values_and_no_interval():
+    result = repeats.combine({"seeds": [seed(0.5, 2.0)]})
+    assert result["summary"]["test_accuracy"] == {
+        "mean": 0.5, "n": 1, "std": None, "ci95_low": None, "ci95_high": None, "ci95": None,
+    }  # fmt: skip
+    assert result["history"][1]["train_loss"] == 1.5

@@ -1,0 +1,65 @@
+"""The interval arithmetic of dmls/stats.py against values computed by hand."""
+
+import math
+
+import pytest
+from scipy import stats as scipy_stats
+
+from dmls.stats import difference, mean_interval, ratio
+
+
+@pytest.mark.parametrize(
+    # Two-sided 95% Student t quantiles from a printed table: t(0.975, n − 1).
+    ("values", "t"),
+    [([1.0, 2.0, 3.0], 4.302653), ([0.5, 0.7], 12.706205), ([2.0, 4.0, 4.0, 6.0], 3.182446)],
+)
+def test_mean_interval_is_the_student_t_interval(values, t):
+    n = len(values)
+    mean = sum(values) / n
+    s = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    estimate = mean_interval(values)
+    assert estimate.mean == pytest.approx(mean) and estimate.n == n
+    assert estimate.std == pytest.approx(s)
+    assert estimate.half_width == pytest.approx(t * s / math.sqrt(n), rel=1e-6)
+    assert estimate.low == pytest.approx(mean - t * s / math.sqrt(n), rel=1e-6)
+    assert estimate.covers(mean) and not estimate.covers(mean + 2 * t * s)
+
+
+def test_one_value_has_no_interval_and_none_is_skipped():
+    one = mean_interval([0.8, None, float("nan")])
+    assert one.mean == 0.8 and one.n == 1 and not one.has_interval and one.half_width is None
+    assert mean_interval([None]) is None
+
+
+def test_difference_is_welchs_interval():
+    a, b = [1.0, 2.0, 3.0], [2.0, 4.0, 6.0, 8.0]
+    # By hand: variances 1 and 20/3, standard error sqrt(1/3 + 5/3) = sqrt(2), and
+    # Welch–Satterthwaite's degrees of freedom 4 / ((1/3)^2/2 + (5/3)^2/3).
+    se = math.sqrt(2.0)
+    df = 4 / ((1 / 3) ** 2 / 2 + (5 / 3) ** 2 / 3)
+    half = scipy_stats.t.ppf(0.975, df) * se
+    d = difference(a, b)
+    assert d.value == pytest.approx(-3.0)
+    assert (d.low, d.high) == (pytest.approx(-3.0 - half), pytest.approx(-3.0 + half))
+    assert d.within_noise is True  # the interval holds 0: within seed noise
+    far = difference([10.0, 10.2, 10.1], [1.0, 1.1, 0.9])
+    assert far.within_noise is False and far.low > 0
+
+
+def test_ratio_is_the_interval_of_the_log_difference_exponentiated():
+    a, b = [2.0, 2.2, 2.1], [1.0, 1.05, 0.98]
+    logs = difference([math.log(v) for v in a], [math.log(v) for v in b])
+    r = ratio(a, b)
+    assert r.value == pytest.approx(math.exp(logs.value))
+    assert r.low == pytest.approx(math.exp(logs.low)) and r.high == pytest.approx(
+        math.exp(logs.high)
+    )
+    assert r.null == 1.0 and r.within_noise is False
+    single = ratio([2.0], [1.0, 1.1])
+    assert single.value == pytest.approx(2 / math.sqrt(1.1)) and not single.has_interval
+    assert single.within_noise is None
+
+
+def test_sides_that_repeat_one_value_exactly_give_a_zero_width_interval():
+    d = difference([0.5, 0.5], [0.25, 0.25])
+    assert (d.value, d.low, d.high) == (0.25, 0.25, 0.25) and d.within_noise is False
