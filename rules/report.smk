@@ -60,6 +60,7 @@ rule render_report:
         sections=expand(f"{RESULTS}/report/{{study}}/section.json", study=STUDY_RUNS),
         specials=special_study_outputs(),
         runs=rules.aggregate_runs.output.table,
+        seeds=rules.aggregate_runs.output.seeds,
         metrics=all_run_metrics(),
         manifests=all_manifests(),
         template="report/report.html.j2",

@@ -13,7 +13,7 @@ import yaml
 from conftest import ROOT, make_spec
 from dmls.files import write_json
 from dmls.report import captions, figures, observations, page, section, special
-from dmls.report.aggregate import collect
+from dmls.report.aggregate import collect, collect_seeds
 from dmls.report.cells import MIB
 from dmls.report.study import ReportError, Study, run_labels, varying_settings
 from dmls.supervisor import repeats
@@ -221,9 +221,9 @@ def test_observations_are_computed_from_the_numbers():
     study = a1_study()
     lines = observations.versus_baseline(study)
     assert lines == [
-        "ddp_2gpu: 1.62× the training throughput of single_gpu (30.0 s vs 30.0 s for 3 "
-        "epochs), test accuracy −0.4 points (79.60% vs 80.00%), peak GPU memory (max over "
-        "GPUs) 310.0 vs 300.0 MiB (1.03×)."
+        "ddp_2gpu vs single_gpu: training throughput 1.62×, 30.0 s vs 30.0 s of training for 3 "
+        "epochs; test accuracy 79.60% vs 80.00%, −0.4 points; peak GPU memory (max over GPUs) "
+        "310.0 vs 300.0 MiB, 1.03×."
     ]
     assert observations.scaling(study) == [
         "ddp_2gpu (2 workers): speed-up 1.62× over single_gpu (1 worker); ideal 2×, "
@@ -281,7 +281,7 @@ def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
     ]
     # The throughput comparison still shows what the data path itself is worth.
     assert observations.versus_baseline(study)[1].startswith(
-        "single_gpu_dataloader: 0.10× the training throughput of single_gpu"
+        "single_gpu_dataloader vs single_gpu: training throughput 0.10×,"
     )
     figures.speedup(study, tmp_path / "speedup.png")
     assert (tmp_path / "speedup.png").stat().st_size > 1000
@@ -311,7 +311,10 @@ def test_sweep_fits_memory_against_the_swept_setting():
     lines = observations.sweep(study)
     assert lines[0].startswith("peak GPU memory (max over GPUs) vs batch_size: 2.50 MiB per unit")
     assert "plus 100.0 MiB" in lines[0] and "R² = 1.000" in lines[0]
-    assert "(falling at every step)" in lines[1]
+    assert lines[1] == (
+        "From batch_size 16 to 128: training time 20.0 s → 20.0 s, 1.00×; test accuracy "
+        "88.40% → 77.20%, −11.2 points; the means are falling at every step."
+    )
 
 
 def test_timings_carry_a_caveat_when_runs_had_neighbours():
@@ -412,8 +415,9 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         path = tmp_path / "runs" / m["run"] / "metrics.json"
         write_json(path, m)
         metrics_paths.append(path)
-    runs_csv = tmp_path / "runs.csv"
+    runs_csv, seeds_csv = tmp_path / "runs.csv", tmp_path / "seeds.csv"
     collect(metrics_paths).to_csv(runs_csv, index=False)
+    collect_seeds(metrics_paths).to_csv(seeds_csv, index=False)
     manifest = tmp_path / "data.json"
     write_json(
         manifest,
@@ -433,6 +437,7 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         section_paths=[tmp_path / "parallelism" / "section.json"],
         special_paths=[],
         runs_csv=runs_csv,
+        seeds_csv=seeds_csv,
         metrics_paths=metrics_paths,
         manifest_paths=[manifest],
         config=copy.deepcopy(config),
@@ -442,7 +447,7 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
     assert rendered.count("<script>") == 1  # only the table-sorting script of the template
     # overview, curves, speedup, generalization; 3 runs' curves; A2's generalization again.
     assert len(re.findall(r'src="data:image/png;base64,', rendered)) == 4 + 3 + 1
-    assert 'href="data:text/csv;base64,' in rendered
+    assert 'download="runs.csv"' in rendered and 'download="seeds.csv"' in rendered
     assert "SYNTHETIC" in rendered and "1 × NVIDIA H100" in rendered and "580.1" in rendered
     assert "Course reference (other students" in rendered  # labelled apart from our numbers
     assert "no CUDA GPU on this host" in rendered

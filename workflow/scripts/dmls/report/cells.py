@@ -3,7 +3,8 @@ the all-runs table and the special studies' tables (and runs.csv's list settings
 
 A missing value (None or NaN), or a number of a row that has none to show (a run or a part
 that did not finish), is an empty cell; a number of a known column has that column's format
-(`FORMATS`), any other number the general one (`number`).
+(`FORMATS`), any other number the general one (`number`). A mean over seeds is shown with the
+half-width of its 95% interval, "79.60 ± 0.52", in the same format; one seed, the value alone.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ def missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def cell(value: Any, fmt: Callable[[Any], str], *, shown: bool = True) -> str:
-    """`value` in format `fmt`; empty where it is missing or not `shown`."""
-    return fmt(value) if shown and not missing(value) else ""
+def cell(
+    value: Any, fmt: Callable[[Any], str], *, shown: bool = True, ci95: float | None = None
+) -> str:
+    """`value` in format `fmt`, with ` ± ci95` where the half-width of its interval is given;
+    empty where the value is missing or not `shown`."""
+    if not shown or missing(value):
+        return ""
+    return fmt(value) if missing(ci95) else f"{fmt(value)} ± {fmt(ci95)}"
 
 
 def fixed(spec: str) -> Callable[[Any], str]:
@@ -73,12 +79,15 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "effective_precision": str,
     "processes": str,
     "global_batch_size": str,
+    "seeds": fixed(".0f"),
     "epochs_completed": fixed(".0f"),
     "train_accuracy": percent,
     "test_accuracy": percent,
     "train_loss": fixed(".4f"),
     "test_loss": fixed(".4f"),
     "train_time_s": seconds,
+    "first_epoch_s": seconds,
+    "steady_epoch_s": seconds,
     "samples_per_s": fixed(",.0f"),
     "gpu_mem_per_gpu": str,
     "peak_host_rss_bytes": mib,

@@ -2,6 +2,8 @@
 
 Only `ok` runs are drawn. Bars and cells of runs without numbers are left empty and labelled
 with their status, so a figure never shows a number for a run that failed or was skipped.
+Every number is a mean over the run's seeds, drawn with its 95% interval: error bars on bars
+and points, a shaded band around per-epoch curves (none with one seed).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from dmls.files import save_figure
-from dmls.report.cells import MIB
+from dmls.report.cells import MIB, missing
 from dmls.report.study import OK, Study
+from dmls.stats import Comparison
 
 DPI = 110
 # Every figure of a study draws run i in colour i, so a run keeps its colour across figures.
@@ -42,6 +45,25 @@ def _tick(study: Study, run: str) -> str:
     return run if status == OK else f"{run}\n({status})"
 
 
+def _ci95(study: Study, run: str, column: str, scale: float = 1.0) -> float:
+    """The half-width of `run`'s 95% interval of `column` in the axis' unit; 0 (no whisker)
+    where there is none: one seed, or a number of the whole job (host RSS)."""
+    half = study.runs.at[run, f"{column}_ci95"] if f"{column}_ci95" in study.runs else None
+    return 0.0 if missing(half) else half / scale
+
+
+def _curve(ax: plt.Axes, history, column: str, scale: float = 1.0, **style) -> None:
+    """One per-epoch curve, the mean over seeds, in a band of its 95% interval (history's
+    `<column>_ci95`; no band with one seed)."""
+    epochs, mean = history["epoch"], scale * history[column]
+    (line,) = ax.plot(epochs, mean, **style)
+    half = history.get(f"{column}_ci95")
+    if half is not None and half.notna().any():
+        half = scale * half.astype(float)
+        ax.fill_between(epochs, mean - half, mean + half, color=line.get_color(), alpha=0.15,
+                        linewidth=0)  # fmt: skip
+
+
 def run_curves(study: Study, run: str, path: Path) -> Path:
     """Train vs test loss and accuracy per epoch of one run, or why it has none."""
     history = study.histories.get(run)
@@ -50,10 +72,9 @@ def run_curves(study: Study, run: str, path: Path) -> Path:
         return notice(f"{study.key}/{run}: {row['status']}", str(row["reason"]), path)
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, layout="constrained", figsize=(8, 3.2))
     for column, style, label in (("train", "--", "train"), ("test", "-", "test")):
-        loss_ax.plot(history["epoch"], history[f"{column}_loss"], style, marker="o", label=label)
-        acc_ax.plot(
-            history["epoch"], 100 * history[f"{column}_accuracy"], style, marker="o", label=label
-        )
+        curve = {"linestyle": style, "marker": "o", "label": label}
+        _curve(loss_ax, history, f"{column}_loss", **curve)
+        _curve(acc_ax, history, f"{column}_accuracy", 100, **curve)
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
     acc_ax.set(xlabel="epoch", ylabel="accuracy (%)", title="Accuracy")
     for ax in (loss_ax, acc_ax):
@@ -93,10 +114,11 @@ def overview(study: Study, path: Path) -> Path:
     y = np.arange(len(runs))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         values = [study.runs.at[r, column] / scale if ok[r] else np.nan for r in runs]
-        ax.barh(y, values, color=[_color(study, r) for r in runs])
-        for yi, value in zip(y, values, strict=True):
+        errors = [_ci95(study, r, column, scale) for r in runs]  # none without numbers
+        ax.barh(y, values, xerr=errors, capsize=3, color=[_color(study, r) for r in runs])
+        for yi, value, error in zip(y, values, errors, strict=True):
             if not np.isnan(value):
-                ax.text(value, yi, f" {value:.3g}", va="center", fontsize=8)
+                ax.text(value + error, yi, f" {value:.3g}", va="center", fontsize=8)
         ax.set_yticks(y, [_tick(study, r) for r in runs] if ax is axes[0] else [])
         ax.invert_yaxis()
         ax.set_xlabel(label)
@@ -110,11 +132,12 @@ def overlay(study: Study, path: Path) -> Path:
     """Every finished run's loss and accuracy curves on shared axes (train dashed, test solid)."""
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, layout="constrained", figsize=(11, 3.8))
     for run, history in study.histories.items():
-        color = _color(study, run)
-        loss_ax.plot(history["epoch"], history["train_loss"], "--", color=color, alpha=0.7)
-        loss_ax.plot(history["epoch"], history["test_loss"], "-", color=color, label=run)
-        acc_ax.plot(history["epoch"], 100 * history["train_accuracy"], "--", color=color, alpha=0.7)
-        acc_ax.plot(history["epoch"], 100 * history["test_accuracy"], "-", color=color, label=run)
+        train = {"linestyle": "--", "color": _color(study, run), "alpha": 0.7}
+        test = {"linestyle": "-", "color": _color(study, run), "label": run}
+        _curve(loss_ax, history, "train_loss", **train)
+        _curve(loss_ax, history, "test_loss", **test)
+        _curve(acc_ax, history, "train_accuracy", 100, **train)
+        _curve(acc_ax, history, "test_accuracy", 100, **test)
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss (train dashed, test solid)")
     acc_ax.set(xlabel="epoch", ylabel="accuracy (%)", title="Accuracy (train dashed, test solid)")
     for ax in (loss_ax, acc_ax):
@@ -126,19 +149,20 @@ def overlay(study: Study, path: Path) -> Path:
 
 def speedup(study: Study, path: Path) -> Path:
     """Speed-up in training throughput over each run's scaling reference (the baseline, or the
-    fewest-worker run of its data path), against the ideal linear line."""
+    fewest-worker run of its data path), against the ideal linear line; the error bars are the
+    ratio's 95% interval over the seeds (Study.speedup)."""
     base = study.runs.loc[study.baseline]
     fig, ax = plt.subplots(layout="constrained", figsize=(5.5, 3.4))
     ok = study.ok
     references = [study.scaling_reference(run) for run in ok.index]
     workers = ok["replicas"].to_numpy(dtype=float)
-    speed = ok["samples_per_s"].to_numpy(dtype=float) / np.array(
-        [study.runs.loc[ref, "samples_per_s"] for ref in references], dtype=float
-    )
     line = np.array(sorted({base["replicas"], *workers}), dtype=float)
     ax.plot(line, line / base["replicas"], ":", color="grey", label="ideal (linear)")
-    for run, w, s in zip(ok.index, workers, speed, strict=True):
-        ax.scatter(w, s, color=_color(study, run), zorder=3, label=f"{run}: {s:.2f}×")
+    for run, w in zip(ok.index, workers, strict=True):
+        speedup = study.speedup(run)
+        s, low, high = (1.0, 1.0, 1.0) if speedup is None else _bounds(speedup[1])
+        ax.errorbar(w, s, yerr=[[s - low], [high - s]], fmt="o", capsize=3, zorder=3,
+                    color=_color(study, run), label=f"{run}: {s:.2f}×")  # fmt: skip
     ax.set(
         xlabel="workers (processes, or GPUs under DataParallel)",
         ylabel=f"speed-up over {study.baseline}"
@@ -152,6 +176,13 @@ def speedup(study: Study, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _bounds(comparison: Comparison) -> tuple[float, float, float]:
+    """(value, low, high), the interval collapsed onto the value where there is none."""
+    if not comparison.has_interval:
+        return comparison.value, comparison.value, comparison.value
+    return comparison.value, comparison.low, comparison.high
+
+
 def grid_heatmap(study: Study, path: Path) -> Path:
     """Training time and test accuracy on the nodes x processes-per-node grid."""
     nodes = sorted(study.runs["spec.nodes"].unique())
@@ -162,15 +193,17 @@ def grid_heatmap(study: Study, path: Path) -> Path:
     for ax, (column, label, scale, cmap) in zip(axes, panels, strict=True):
         grid = np.full((len(nodes), len(procs)), np.nan)
         notes = {}
-        for _, row in study.runs.iterrows():
+        for run, row in study.runs.iterrows():
             cell = (nodes.index(row["spec.nodes"]), procs.index(row["spec.nproc_per_node"]))
             if row["status"] == OK:
                 grid[cell] = row[column] / scale
+                half = _ci95(study, run, column, scale)
+                notes[cell] = f"{grid[cell]:.1f}" + (f"\n± {half:.1f}" if half else "")
             else:
                 notes[cell] = row["status"]
         image = ax.imshow(grid, cmap=cmap, aspect="auto")
-        for (i, j), value in np.ndenumerate(grid):
-            text = f"{value:.1f}" if not np.isnan(value) else notes.get((i, j), "not run")
+        for (i, j), _ in np.ndenumerate(grid):
+            text = notes.get((i, j), "not run")
             ax.text(j, i, text, ha="center", va="center", fontsize=10, color="black",
                     bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none"})  # fmt: skip
         ax.set_xticks(range(len(procs)), [str(p) for p in procs])
@@ -189,7 +222,9 @@ def sweep(study: Study, path: Path) -> Path:
     panels = _time_memory_accuracy(study)
     fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 3.4))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
-        ax.plot(x, ok[column].to_numpy(dtype=float) / scale, marker="o")
+        errors = [_ci95(study, run, column, scale) for run in ok.index]
+        ax.errorbar(x, ok[column].to_numpy(dtype=float) / scale, yerr=errors, marker="o",
+                    capsize=3)  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_xticks(x, [f"{v:g}" for v in x])
         ax.set(xlabel=key, ylabel=label)
@@ -225,7 +260,8 @@ def generalization_gap(study: Study, path: Path) -> Path:
 
 
 def comparison(study: Study, other: Study, path: Path) -> Path:
-    """Training time of the runs both studies share (B2 accelerate beside B1 torchrun)."""
+    """Training time of the runs both studies share (B2 accelerate beside B1 torchrun), with
+    its 95% interval over seeds."""
     shared = [r for r in study.runs.index if r in other.runs.index]
     fig, ax = plt.subplots(layout="constrained", figsize=(7, 3.6))
     x = np.arange(len(shared))
@@ -234,7 +270,8 @@ def comparison(study: Study, other: Study, path: Path) -> Path:
         values = [
             s.runs.at[r, "train_time_s"] if s.runs.at[r, "status"] == OK else np.nan for r in shared
         ]
-        ax.bar(x + offset, values, width=0.4, color=color, label=s.key)
+        errors = [_ci95(s, r, "train_time_s") for r in shared]  # none for runs without numbers
+        ax.bar(x + offset, values, yerr=errors, capsize=3, width=0.4, color=color, label=s.key)
         for xi, value, r in zip(x, values, shared, strict=True):
             text = f"{value:.1f}" if not np.isnan(value) else s.runs.at[r, "status"]
             ax.text(xi + offset, 0 if np.isnan(value) else value, text, ha="center",

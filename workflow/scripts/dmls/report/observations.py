@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dmls import stats
 from dmls.report.cells import MIB, seconds
 from dmls.report.study import OK, Study
 
@@ -27,8 +29,23 @@ def status_summary(study: Study) -> list[str]:
     return [f"{line}; no numbers for {listed}: the reasons are in the results table."]
 
 
+def seed_note(study: Study) -> list[str]:
+    """Once per study: the finished runs that trained one seed, whose numbers (and comparisons
+    with them) have no interval, so no difference can be told from seed noise."""
+    single = study.single_seed_runs
+    if not single:
+        return []
+    if len(single) == len(study.ok):
+        return [
+            "This study ran with one seed, so its numbers have no intervals and no difference "
+            "between its runs can be told apart from seed noise."
+        ]
+    return [f"One seed only, so no interval for their numbers or comparisons: {', '.join(single)}."]
+
+
 def versus_baseline(study: Study) -> list[str]:
-    """Throughput, accuracy and memory of every finished run against the study's baseline."""
+    """Throughput, accuracy and memory of every finished run against the study's baseline, each
+    compared over the seeds (a ratio or a difference with its 95% interval)."""
     base_name = study.baseline
     base = study.runs.loc[base_name]
     if base["status"] != OK:
@@ -40,41 +57,43 @@ def versus_baseline(study: Study) -> list[str]:
     for run, row in study.ok.iterrows():
         if run == base_name:
             continue
+        throughput = _compare(stats.ratio, study, run, base_name, "samples_per_s")
+        accuracy = _compare(stats.difference, study, run, base_name, "test_accuracy")
         parts = [
-            f"{_ratio(row['samples_per_s'], base['samples_per_s'])} the training throughput "
-            f"of {base_name} ({_s(row['train_time_s'])} vs {_s(base['train_time_s'])} "
-            f"for {_epochs(row)})",
-            f"test accuracy {_points(row['test_accuracy'] - base['test_accuracy'])} "
-            f"({100 * row['test_accuracy']:.2f}% vs {100 * base['test_accuracy']:.2f}%)",
+            f"training throughput {_ratio(throughput)}, {_s(row['train_time_s'])} vs "
+            f"{_s(base['train_time_s'])} of training for {_epochs(row)}",
+            f"test accuracy {_percent(row['test_accuracy'])} vs "
+            f"{_percent(base['test_accuracy'])}, {_points(accuracy)}",
         ]
         memory = study.memory
         if memory:
             column, what = memory
+            ratio = _compare(stats.ratio, study, run, base_name, column)
             parts.append(
-                f"{what} {row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB "
-                f"({_ratio(row[column], base[column])})"
+                f"{what} {row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB, {_ratio(ratio)}"
             )
-        lines.append(f"{run}: " + ", ".join(parts) + ".")
+        lines.append(f"{run} vs {base_name}: " + "; ".join(parts) + ".")
     return lines
 
 
 def scaling(study: Study) -> list[str]:
-    """Speed-up over the baseline against the ideal (linear in workers) and its efficiency."""
+    """Speed-up over the baseline against the ideal (linear in workers) and its efficiency,
+    both with the 95% interval of the seeds' throughput ratio (Study.speedup)."""
     base = study.runs.loc[study.baseline]
     if base["status"] != OK or not study.scales_workers:
         return []
     lines = []
     for run, row in study.ok.iterrows():
-        reference = study.scaling_reference(run)
-        if reference in (None, run):
+        speedup = study.speedup(run)
+        if speedup is None:
             continue
+        reference, ratio = speedup
         ref = study.runs.loc[reference]
-        speedup = row["samples_per_s"] / ref["samples_per_s"]
         ideal = row["replicas"] / ref["replicas"]
         lines.append(
-            f"{run} ({_workers(row['replicas'])}): speed-up {speedup:.2f}× over "
+            f"{run} ({_workers(row['replicas'])}): speed-up {_ratio(ratio)} over "
             f"{reference} ({_workers(ref['replicas'])}); "
-            f"ideal {ideal:.0f}×, parallel efficiency {100 * speedup / ideal:.0f}%."
+            f"ideal {ideal:.0f}×, parallel efficiency {_efficiency(ratio, ideal)}."
         )
     cores = {m["host"]["cpu_count"] for m in study.metrics.values() if m["status"] == OK}
     if study.ok["nodes_emulated"].any():
@@ -87,7 +106,8 @@ def scaling(study: Study) -> list[str]:
 
 
 def sweep(study: Study) -> list[str]:
-    """Trends along the one swept setting (batch size, accumulation steps)."""
+    """Trends along the one swept setting (batch size, accumulation steps): a line through the
+    memory means, and the last setting against the first over the seeds."""
     key = study.sweep_key
     ok = study.ok
     if key is None or len(ok) < 2:
@@ -104,15 +124,64 @@ def sweep(study: Study) -> list[str]:
         r2 = 1 - residual / max(np.sum((y - y.mean()) ** 2), 1e-12)
         lines.append(
             f"{what} vs {key}: {slope:.2f} MiB per unit of {key} plus {intercept:.1f} MiB "
-            f"(least-squares line, R² = {r2:.3f})."
+            f"(least-squares line through the means, R² = {r2:.3f})."
         )
-    first, last = ok.iloc[0], ok.iloc[-1]
+    first, last = ok.index[0], ok.index[-1]
+    time = _compare(stats.ratio, study, last, first, "train_time_s")
+    accuracy = _compare(stats.difference, study, last, first, "test_accuracy")
     lines.append(
-        f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: training time {_s(first['train_time_s'])} → "
-        f"{_s(last['train_time_s'])}, test accuracy {100 * first['test_accuracy']:.2f}% → "
-        f"{100 * last['test_accuracy']:.2f}% ({_trend(ok['test_accuracy'])})."
+        f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: training time "
+        f"{_s(ok.at[first, 'train_time_s'])} → {_s(ok.at[last, 'train_time_s'])}, "
+        f"{_ratio(time)}; test accuracy {_percent(ok.at[first, 'test_accuracy'])} → "
+        f"{_percent(ok.at[last, 'test_accuracy'])}, {_points(accuracy)}; the means are "
+        f"{_trend(ok['test_accuracy'])}."
     )
     return lines
+
+
+def warm_process(study: Study) -> list[str]:
+    """Whether the seeds after the first, which train in a process already warm (imports,
+    process group, cuDNN and compile caches), run their steady epochs as fast as the first
+    seed: each seed's epochs 2..E, every epoch a sample, later seeds' against the first's. If
+    they match, every seed measures the same steady speed and the seeds' spread is fair."""
+    parts, verdicts = [], {"match": [], "faster": [], "slower": [], "no interval": []}
+    for run in study.ok.index:
+        # A kept seed trained in an earlier, killed process: it was not warm in this one.
+        seeds = [s for s in study.metrics[run]["seeds"] if not s["kept"]]
+        if len(seeds) < 2:
+            continue
+        later = [t for seed in seeds[1:] for t in _steady_epochs(seed)]
+        ratio = stats.ratio(later, _steady_epochs(seeds[0]))
+        if ratio is None:  # one epoch: no steady epochs
+            continue
+        parts.append(f"{run} {_ratio(ratio)}")
+        if not ratio.has_interval:
+            verdicts["no interval"].append(run)
+        elif ratio.within_noise:
+            verdicts["match"].append(run)
+        else:
+            verdicts["faster" if ratio.value < 1 else "slower"].append(run)
+    if not parts:
+        return []
+    said = {
+        "match": "match the first within seed noise",
+        "faster": "are faster beyond seed noise",
+        "slower": "are slower beyond seed noise",
+    }
+    found = [f"{said[k]} in {', '.join(verdicts[k])}" for k in said if verdicts[k]]
+    line = (
+        "Warm process: the later seeds train after the first has paid for the imports, the "
+        "process group and the cuDNN/compile caches; their steady epochs (2..E) against the "
+        f"first seed's, per epoch: {'; '.join(parts)}."
+    )
+    if found:
+        line += f" The later seeds {', and '.join(found)}."
+    if verdicts["no interval"]:
+        line += (
+            f" No interval for {', '.join(verdicts['no interval'])}: the first seed has one "
+            "steady epoch."
+        )
+    return [line]
 
 
 def compared_with(study: Study, other: Study) -> list[str]:
@@ -125,10 +194,13 @@ def compared_with(study: Study, other: Study) -> list[str]:
         if theirs["status"] != OK:
             lines.append(f"{run}: no {other.key} numbers to compare ({theirs['status']}).")
             continue
+        speed = stats.ratio(other.seed_values(run, "train_time_s"),
+                            study.seed_values(run, "train_time_s"))  # fmt: skip
+        accuracy = stats.difference(study.seed_values(run, "test_accuracy"),
+                                    other.seed_values(run, "test_accuracy"))  # fmt: skip
         lines.append(
             f"{run}: {_s(row['train_time_s'])} here vs {_s(theirs['train_time_s'])} in "
-            f"{other.key} ({_ratio(theirs['train_time_s'], row['train_time_s'])} the speed), "
-            f"test accuracy {_points(row['test_accuracy'] - theirs['test_accuracy'])}."
+            f"{other.key}, {_ratio(speed)} the speed; test accuracy {_points(accuracy)}."
         )
     return lines
 
@@ -196,7 +268,7 @@ def generalization(study: Study) -> dict[str, Any] | None:
         rows.append(
             [
                 run,
-                _points(last["train_accuracy"] - last["test_accuracy"], sign=False),
+                _minus(f"{100 * (last['train_accuracy'] - last['test_accuracy']):.1f}"),
                 f"{last['test_loss'] - last['train_loss']:.4f}",
                 f"{int(best['epoch'])} of {int(last['epoch'])}",
                 f"{best['test_loss']:.4f} → {last['test_loss']:.4f}",
@@ -230,20 +302,72 @@ def generalization(study: Study) -> dict[str, Any] | None:
 
 
 def all_observations(study: Study, other: Study | None = None) -> list[str]:
-    lines = versus_baseline(study) + scaling(study) + sweep(study) + precision_check(study)
-    lines += step_check(study)
+    lines = seed_note(study) + versus_baseline(study) + scaling(study) + sweep(study)
+    lines += warm_process(study) + precision_check(study) + step_check(study)
     if other is not None:
         lines += compared_with(study, other)
     return lines + timing_caveat(study)
 
 
-def _ratio(value: float, reference: float) -> str:
-    return f"{value / reference:.2f}×"
+def _compare(
+    how: Callable[..., stats.Comparison | None], study: Study, run: str, reference: str, metric: str
+) -> stats.Comparison:
+    """`run` against `reference` over their seeds' values of `metric` (stats.ratio or
+    stats.difference); both finished, so both have values."""
+    return how(study.seed_values(run, metric), study.seed_values(reference, metric))
 
 
-def _points(delta: float, sign: bool = True) -> str:
-    text = f"{100 * delta:+.1f}" if sign else f"{100 * delta:.1f}"
-    return text.replace("-", "−") + (" points" if sign else "")
+def _with_interval(text: str, comparison: stats.Comparison, interval: str) -> str:
+    """A compared value with its 95% interval, saying so where the interval holds no effect."""
+    if not comparison.has_interval:
+        return text
+    noise = ", within seed noise" if comparison.within_noise else ""
+    return f"{text} (95% interval {interval}{noise})"
+
+
+def _ratio(ratio: stats.Comparison) -> str:
+    """'1.62× (95% interval 1.55–1.70×)'."""
+    interval = ratio.has_interval and f"{ratio.low:.2f}–{ratio.high:.2f}×"
+    return _with_interval(f"{ratio.value:.2f}×", ratio, interval)
+
+
+def _points(difference: stats.Comparison) -> str:
+    """A difference of accuracies in percentage points: '−0.9 points (95% interval −2.1 to
+    +0.3, within seed noise)'."""
+    interval = difference.has_interval and (
+        f"{_signed(100 * difference.low)} to {_signed(100 * difference.high)}"
+    )
+    return _with_interval(f"{_signed(100 * difference.value)} points", difference, interval)
+
+
+def _efficiency(speedup: stats.Comparison, ideal: float) -> str:
+    """Speed-up over the ideal as a percentage, its interval the speed-up's scaled alike."""
+    text = f"{100 * speedup.value / ideal:.0f}%"
+    if not speedup.has_interval:
+        return text
+    linear = " (linear within seed noise)" if speedup.low <= ideal <= speedup.high else ""
+    return (
+        f"{text} (95% interval {100 * speedup.low / ideal:.0f}–"
+        f"{100 * speedup.high / ideal:.0f}%){linear}"
+    )
+
+
+def _steady_epochs(seed: dict[str, Any]) -> list[float]:
+    """A seed's training seconds of its epochs 2..E (the first also pays for warm-up)."""
+    return [epoch["train_time_s"] for epoch in seed["history"][1:]]
+
+
+def _signed(value: float) -> str:
+    return _minus(f"{value:+.1f}")
+
+
+def _minus(text: str) -> str:
+    """Numbers as typeset: a minus sign, not a hyphen."""
+    return text.replace("-", "−")
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.2f}%"
 
 
 def _epochs(row: pd.Series) -> str:

@@ -25,7 +25,8 @@ from dmls.report.aggregate import read_metrics
 from dmls.report.cells import FORMATS, MIB, cell, missing
 from dmls.report.study import OK
 
-# Columns of the all-runs table, in this order (the full table is runs.csv, linked from it).
+# Columns of the all-runs table, in this order (the full table is runs.csv, linked from it);
+# each number a mean over the run's seeds, shown with its 95% interval where it has one.
 ALL_RUNS_COLUMNS = {
     "study": "study",
     "run": "run",
@@ -34,10 +35,12 @@ ALL_RUNS_COLUMNS = {
     "effective_precision": "precision (measured)",
     "processes": "processes",
     "global_batch_size": "global batch",
+    "seeds": "seeds",
     "test_accuracy": "test acc. (%)",
     "train_accuracy": "train acc. (%)",
     "test_loss": "test loss",
     "train_time_s": "training time (s)",
+    "steady_epoch_s": "steady epoch (s)",
     "samples_per_s": "samples/s",
     "peak_gpu_mem_allocated_bytes": "peak GPU mem. (MiB)",
     "peak_host_rss_bytes": "peak RSS (MiB)",
@@ -125,7 +128,8 @@ def software() -> dict[str, str]:
 
 
 def all_runs(frame: pd.DataFrame) -> dict[str, Any]:
-    """The all-runs table; runs that did not finish show their reason and no numbers."""
+    """The all-runs table; runs that did not finish show their reason and no numbers. A number
+    sorts by its mean."""
     rows = []
     for _, row in frame.iterrows():
         ok = row["status"] == OK
@@ -135,7 +139,8 @@ def all_runs(frame: pd.DataFrame) -> dict[str, Any]:
             if column in TEXT_COLUMNS:
                 text = sort = cell(value, str)
             elif ok and not missing(value):
-                text, sort = FORMATS.get(column, str)(value), _sort_key(value)
+                text = cell(value, FORMATS.get(column, str), ci95=row.get(f"{column}_ci95"))
+                sort = _sort_key(value)
             else:
                 text = sort = ""
             shown.append({"text": text, "sort": sort})
@@ -217,6 +222,7 @@ def render(
     section_paths: list[Path],
     special_paths: list[Path],
     runs_csv: Path,
+    seeds_csv: Path,
     metrics_paths: list[Path],
     manifest_paths: list[Path],
     config: dict[str, Any],
@@ -256,6 +262,7 @@ def render(
         "intro": texts["intro"],
         "all_runs": all_runs(frame),
         "runs_csv_uri": data_uri(runs_csv, "text/csv"),
+        "seeds_csv_uri": data_uri(seeds_csv, "text/csv"),
         "css": (Path(template_dir) / "report.css").read_text(),
     }
     return env.get_template("report.html.j2").render(**context)
@@ -270,6 +277,7 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         section_paths=[Path(p) for p in snakemake.input.sections],
         special_paths=[Path(p) for p in snakemake.input.specials],
         runs_csv=Path(snakemake.input.runs),
+        seeds_csv=Path(snakemake.input.seeds),
         metrics_paths=[Path(p) for p in snakemake.input.metrics],
         manifest_paths=[Path(p) for p in snakemake.input.manifests],
         config=snakemake.params.config,

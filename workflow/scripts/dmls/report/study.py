@@ -8,8 +8,10 @@ from typing import Any
 
 import pandas as pd
 
+from dmls import stats
 from dmls.report import cells
 from dmls.report.aggregate import summarize
+from dmls.supervisor.repeats import SUMMARY_METRICS, seed_value
 
 # Only finished runs have numbers in the report; the others show their status and reason.
 OK = "ok"
@@ -23,8 +25,10 @@ class ReportError(ValueError):
     """A study's report settings don't match its runs (names the config key)."""
 
 
-# (column in the summary row, header), each number shown as dmls.report.cells.FORMATS says;
-# numbers only ever come from `ok` runs.
+# (column in the summary row, header), each number shown as dmls.report.cells.FORMATS says,
+# with its 95% interval where the summary row has one (`<column>_ci95`); numbers only ever come
+# from `ok` runs. The first epoch also pays for warm-up (cuDNN autotuning, CUDA-graph capture,
+# compiling); the steady epoch (median of epochs 2..E) is what runs compare on.
 RESULT_COLUMNS: list[tuple[str, str]] = [
     ("device", "Device"),
     ("effective_precision", "Precision (measured)"),
@@ -36,10 +40,18 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("train_loss", "Train loss"),
     ("test_loss", "Test loss"),
     ("train_time_s", "Train time (s)"),
+    ("first_epoch_s", "First epoch (s)"),
+    ("steady_epoch_s", "Steady epoch (s)"),
     ("samples_per_s", "Samples/s"),
+    ("peak_gpu_mem_allocated_bytes", "Peak GPU mem., max GPU (MiB)"),
     ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)"),
     ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)"),
 ]
+
+# The result columns shown with a 95% interval: the measured ones that every seed records
+# (not host RSS, the job's peak over its ranks; not the epoch count, which only varies with
+# early stopping).
+INTERVAL_COLUMNS = frozenset(SUMMARY_METRICS) - {"epochs_completed"}
 
 
 def baseline_run(settings: dict[str, Any], runs: Sequence[str]) -> str:
@@ -104,6 +116,15 @@ class Study:
             return None
         return self.baseline if self.baseline in same.index else same["replicas"].idxmin()
 
+    def speedup(self, run: str) -> tuple[str, stats.Comparison] | None:
+        """`run`'s throughput over its scaling reference's, as (reference, ratio with the
+        interval of the seeds' samples/s); None for the reference itself or with none."""
+        reference = self.scaling_reference(run)
+        if reference in (None, run):
+            return None
+        samples = [self.seed_values(r, "samples_per_s") for r in (run, reference)]
+        return reference, stats.ratio(*samples)
+
     @property
     def sweep_key(self) -> str | None:
         """The one numeric setting this study sweeps (A6 batch size, A7 accumulation), if any."""
@@ -144,14 +165,30 @@ class Study:
         ]
         return {"columns": columns, "rows": rows}
 
+    def seed_values(self, run: str, metric: str) -> list[float | None]:
+        """`run`'s value of `metric` in each of its seeds (what intervals and comparisons are
+        computed from); a metric the seeds don't record (host RSS, the job's peak over its
+        ranks) is the run's one value."""
+        if metric not in SUMMARY_METRICS:
+            return [self.runs.at[run, metric]]
+        return [seed_value(seed, metric) for seed in self.metrics[run]["seeds"]]
+
+    @property
+    def single_seed_runs(self) -> list[str]:
+        """The finished runs that trained one seed: their numbers have no interval."""
+        ok = self.ok
+        return [] if ok.empty else list(ok.index[ok["seeds"] == 1])
+
     def results_table(self) -> dict[str, Any]:
-        """The results of every run; runs that did not finish carry their reason only."""
+        """The results of every run, each mean over seeds with its 95% interval; runs that did
+        not finish carry their reason only."""
         rows = []
         for run, row in self.runs.iterrows():
             ran = row["status"] == OK
             # (A study where no run finished has no columns of numbers at all.)
             shown = [
-                cells.cell(row.get(col), cells.FORMATS[col], shown=ran) for col, _ in RESULT_COLUMNS
+                cells.cell(row.get(col), cells.FORMATS[col], shown=ran, ci95=_ci95(row, col))
+                for col, _ in RESULT_COLUMNS
             ]
             rows.append(
                 {"run": run, "status": row["status"], "reason": row["reason"] or "", "cells": shown}
@@ -159,9 +196,13 @@ class Study:
         return {"columns": [header for _, header in RESULT_COLUMNS], "rows": rows}
 
     def results_frame(self) -> pd.DataFrame:
-        """The results as numbers (for CSV): numeric columns blank unless the run is `ok`."""
+        """The results as numbers (for CSV): numeric columns blank unless the run is `ok`, each
+        mean over seeds followed by its interval's half-width (`<column>_ci95`)."""
         columns = ["run", "status", "reason", *(f"spec.{k}" for k in self.varying)]
-        numeric = [c for c, _ in RESULT_COLUMNS if c not in ("device", "effective_precision")]
+        numeric = ["seeds"]
+        for column, _ in RESULT_COLUMNS:
+            if column not in ("device", "effective_precision"):
+                numeric += [column, f"{column}_ci95"] if column in INTERVAL_COLUMNS else [column]
         frame = self.runs.reindex(columns=[*columns, "device", "effective_precision", *numeric])
         frame.loc[frame["status"] != OK, ["effective_precision", *numeric]] = None
         return frame
@@ -179,6 +220,11 @@ def run_labels(specs: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
     keys = varying_settings(list(specs.values()))
     flat = {run: pd.json_normalize(spec, sep=".").iloc[0] for run, spec in specs.items()}
     return {run: {"run": run} | {k: cells.setting(flat[run][k]) for k in keys} for run in specs}
+
+
+def _ci95(row: pd.Series, column: str) -> float | None:
+    """The half-width of the 95% interval of `column`'s mean, where the column shows one."""
+    return row.get(f"{column}_ci95") if column in INTERVAL_COLUMNS else None
 
 
 def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
