@@ -7,8 +7,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import jinja2
+import numpy as np
+import pandas as pd
 import pytest
+import scipy.stats
 import yaml
+from matplotlib.container import ErrorbarContainer
 
 from conftest import ROOT, make_spec
 from dmls.files import write_json
@@ -234,6 +238,178 @@ def test_observations_are_computed_from_the_numbers():
         "2 of 3 runs finished; no numbers for dataparallel_2gpu (skipped): the reasons are in "
         "the results table."
     ]
+
+
+def epochs(train_times_s: list[float], test_accuracy: float = 0.80) -> list[dict]:
+    """A history whose epochs took these training times (the first with its warm-up)."""
+    return [
+        {
+            "epoch": e,
+            "train_loss": 2.0 / e,
+            "train_accuracy": 0.85,
+            "test_loss": 2.1 / e,
+            "test_accuracy": test_accuracy * e / len(train_times_s),
+            "train_time_s": seconds,
+            "eval_time_s": 1.0,
+        }
+        for e, seconds in enumerate(train_times_s, start=1)
+    ]
+
+
+def seeds_study() -> Study:
+    """single_gpu with three seeds at 0.9, 1.0 and 1.1 times its numbers, ddp_2gpu at 0.95,
+    1.0 and 1.05; dataparallel_2gpu trained one seed."""
+    metrics = [
+        fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([15, 10, 10]),
+                     spread=(0.9, 1.0, 1.1)),
+        fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=1620.0,
+                     epochs=3, history=epochs([15, 10, 10]), spread=(0.95, 1.0, 1.05)),
+        fake_metrics("dataparallel_2gpu", launcher="dp", nproc_per_node=2, epochs=3,
+                     test_accuracy=0.796),
+    ]  # fmt: skip
+    return Study.from_metrics("parallelism", {}, metrics)
+
+
+def test_results_table_shows_each_mean_with_its_interval_and_one_seed_alone():
+    """single_gpu's seeds: test accuracy 72, 80, 88%; steady epochs 9, 10, 11 s: the 95%
+    Student-t half-width is t(0.975, 2) · s / √3 = 4.303 · 8 / √3 = 19.87 points, 2.48 s."""
+    study = seeds_study()
+    table = study.results_table()
+    rows = {row["run"]: dict(zip(table["columns"], row["cells"], strict=True))
+            for row in table["rows"]}  # fmt: skip
+    single = rows["single_gpu"]
+    assert single["Test acc. (%)"] == "80.00 ± 19.87"
+    assert single["First epoch (s)"] == "15.0 ± 3.73"  # 13.5, 15, 16.5 s: warm-up included
+    assert single["Steady epoch (s)"] == "10.0 ± 2.48"
+    assert single["Samples/s"] == "1,007 ± 251"  # 1000 / 0.9, 1000, 1000 / 1.1
+    assert single["Peak GPU mem., max GPU (MiB)"] == "300.0 ± 74.5"
+    assert single["Epochs"] == "3"  # a count, no interval
+    assert single["Peak RSS, max rank (MiB)"] == "2000.0"  # the job's, not per seed
+    one = rows["dataparallel_2gpu"]
+    assert one["Test acc. (%)"] == "79.60" and one["Steady epoch (s)"] == "10.0"
+    frame = study.results_frame().set_index("run")
+    assert frame.at["single_gpu", "seeds"] == 3
+    assert frame.at["single_gpu", "test_accuracy_ci95"] == pytest.approx(0.198731, abs=1e-6)
+    assert frame.at["single_gpu", "steady_epoch_s_ci95"] == pytest.approx(2.484138, abs=1e-6)
+    assert pd.isna(frame.at["dataparallel_2gpu", "test_accuracy_ci95"])
+
+
+def test_comparisons_are_made_over_the_seeds_and_say_when_they_are_within_noise():
+    """Each seed 0.99, 1.00, 1.01 times its run's numbers: ddp_4gpu's 1.01× throughput and
+    ddp_2gpu's −0.4 points lie within the seeds' noise; Welch's intervals (checked against
+    scipy's ttest_ind, on logs for ratios)."""
+    spread = (0.99, 1.0, 1.01)
+    metrics = [
+        fake_metrics("single_gpu", launcher="single", epochs=3, spread=spread),
+        fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=1620.0,
+                     epochs=3, test_accuracy=0.796, gpu_mib=310.0, spread=spread),
+        fake_metrics("ddp_4gpu", launcher="torchrun", nproc_per_node=4, samples_per_s=1010.0,
+                     epochs=3, test_accuracy=0.70, spread=spread),
+    ]  # fmt: skip
+    study = Study.from_metrics("parallelism", {}, metrics)
+    assert observations.versus_baseline(study) == [
+        "ddp_2gpu vs single_gpu: training throughput 1.62× (95% interval 1.58–1.66×), 30.0 s "
+        "vs 30.0 s of training for 3 epochs; test accuracy 79.60% vs 80.00%, −0.4 points (95% "
+        "interval −2.2 to +1.4, within seed noise); peak GPU memory (max over GPUs) 310.0 vs "
+        "300.0 MiB, 1.03× (95% interval 1.01–1.06×).",
+        "ddp_4gpu vs single_gpu: training throughput 1.01× (95% interval 0.99–1.03×, within "
+        "seed noise), 30.0 s vs 30.0 s of training for 3 epochs; test accuracy 70.00% vs "
+        "80.00%, −10.0 points (95% interval −11.7 to −8.3); peak GPU memory (max over GPUs) "
+        "300.0 vs 300.0 MiB, 1.00× (95% interval 0.98–1.02×, within seed noise).",
+    ]
+    assert observations.scaling(study) == [
+        "ddp_2gpu (2 workers): speed-up 1.62× (95% interval 1.58–1.66×) over single_gpu "
+        "(1 worker); ideal 2×, parallel efficiency 81% (95% interval 79–83%).",
+        "ddp_4gpu (4 workers): speed-up 1.01× (95% interval 0.99–1.03×, within seed noise) "
+        "over single_gpu (1 worker); ideal 4×, parallel efficiency 25% (95% interval 25–26%).",
+    ]
+    assert observations.seed_note(study) == []
+
+
+def test_a_study_of_one_seed_says_once_that_it_has_no_intervals():
+    lines = observations.all_observations(a1_study())
+    note = (
+        "This study ran with one seed, so its numbers have no intervals and no difference "
+        "between its runs can be told apart from seed noise."
+    )
+    assert lines[0] == note and lines.count(note) == 1
+    assert not any("interval" in line for line in lines[1:])
+    assert observations.warm_process(a1_study()) == []  # no later seeds
+    assert observations.seed_note(seeds_study()) == [
+        "One seed only, so no interval for their numbers or comparisons: dataparallel_2gpu."
+    ]
+
+
+def test_the_warm_process_compares_later_seeds_steady_epochs_with_the_first_seeds():
+    """warm's first seed runs its epochs 2..4 1.2 times as long as the later seeds: 0.83×,
+    beyond noise (Welch on the logs of 6 epochs against 3: 0.77–0.90×); same's seeds match;
+    short has two epochs, so its first seed one steady epoch and no interval."""
+    times = [15, 10.0, 10.4, 9.6]
+    metrics = [
+        fake_metrics("warm", epochs=4, history=epochs(times), spread=(1.2, 1.0, 1.0)),
+        fake_metrics("same", epochs=4, history=epochs(times), spread=(1.0, 1.0, 1.0)),
+        fake_metrics("short", epochs=2, spread=(1.0, 1.0)),
+        fake_metrics("failed", "failed", epochs=4),
+    ]
+    study = Study.from_metrics("parallelism", {}, metrics)
+    assert observations.warm_process(study) == [
+        "Warm process: the later seeds train after the first has paid for the imports, the "
+        "process group and the cuDNN/compile caches; their steady epochs (2..E) against the "
+        "first seed's, per epoch: warm 0.83× (95% interval 0.77–0.90×); same 1.00× (95% "
+        "interval 0.92–1.08×, within seed noise); short 1.00×. The later seeds match the first "
+        "within seed noise in same, and are faster beyond seed noise in warm. No interval for "
+        "short: the first seed has one steady epoch."
+    ]
+    assert observations.warm_process(study)[0] in observations.all_observations(study)
+
+
+def test_figures_draw_the_seeds_intervals(tmp_path, monkeypatch):
+    """Error bars of the overview and the speed-up, bands of the curves, at the intervals of
+    the seeds' numbers (single_gpu's training time 31.5, 35, 38.5 s: 35 ± 8.69 s)."""
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault(path.stem, fig))
+    study = seeds_study()
+    figures.overview(study, tmp_path / "overview.png")
+    (time_bars,) = [c for c in drawn["overview"].axes[0].containers
+                    if isinstance(c, ErrorbarContainer)]  # fmt: skip
+    time_bars = time_bars.lines[2][0].get_segments()
+    assert time_bars[0][:, 0] == pytest.approx([35 - 8.6946, 35 + 8.6946], abs=1e-3)
+    assert time_bars[2][:, 0] == pytest.approx([30, 30])  # one seed: no whisker
+
+    figures.overlay(study, tmp_path / "curves.png")
+    accuracy = drawn["curves"].axes[1]
+    band = accuracy.collections[0].get_paths()[0].vertices  # single_gpu's test accuracy
+    at_last_epoch = sorted(band[band[:, 0] == 3][:, 1])
+    assert at_last_epoch[0] == pytest.approx(80 - 19.873, abs=1e-3)
+    assert at_last_epoch[-1] == pytest.approx(80 + 19.873, abs=1e-3)
+    assert len(accuracy.collections) == 2  # the test bands of the two runs with seeds
+
+    figures.speedup(study, tmp_path / "speedup.png")
+    bars = {c.get_label(): c for c in drawn["speedup"].axes[0].containers}
+    (segment,) = bars["ddp_2gpu: 1.62×"].lines[2][0].get_segments()
+    logs = [np.log(rate / np.array(spread)) for rate, spread in
+            ((1620.0, (0.95, 1.0, 1.05)), (1000.0, (0.9, 1.0, 1.1)))]  # fmt: skip
+    ci = scipy.stats.ttest_ind(*logs, equal_var=False).confidence_interval(0.95)
+    assert segment[:, 1] == pytest.approx(np.exp([ci.low, ci.high]))
+
+    figures.run_curves(study, "single_gpu", tmp_path / "single_gpu.png")
+    assert len(drawn["single_gpu"].axes[0].collections) == 2  # train and test loss bands
+
+
+def test_a_study_with_seeds_builds_every_figure(tmp_path):
+    metrics = [
+        fake_metrics(f"b{b}", study="batch_size", batch_size=b, gpu_mib=100 + 2.5 * b, epochs=2,
+                     spread=(0.95, 1.0, 1.05))
+        for b in (16, 32, 64)
+    ]  # fmt: skip
+    study = Study.from_metrics("batch_size", {}, metrics)
+    built = section.build(study, None, tmp_path, tmp_path / "curves", tmp_path / "figures")
+    assert [f["name"] for f in built["figures"]] == ["overview", "curves", "sweep",
+                                                     "generalization"]  # fmt: skip
+    for item in built["figures"] + built["curves"]:
+        assert (tmp_path / item["file"]).read_bytes()[:4] == b"\x89PNG"
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert list(csv["seeds"]) == [3, 3, 3] and csv["test_accuracy_ci95"].gt(0).all()
 
 
 def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():

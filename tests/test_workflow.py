@@ -223,14 +223,24 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     assert not re.search(r'(src|href)="(?!data:|#)', page)
     figures = len(re.findall(r'<img src="data:image/png;base64,', page))
     assert figures >= EXPECTED_TRAIN_JOBS + 2 * len(EXPECTED_RUNS)  # run curves + study figures
-    # Every ok row of every results table holds numbers (GPU memory is empty on a CPU host).
+    # Every ok row of every results table holds numbers (GPU memory is empty on a CPU host),
+    # each measured one the mean over the .test config's 2 seeds ± its 95% interval.
     ok_rows = re.findall(r'<tr><td>[\w.-]+</td><td class="status-ok">ok</td>(.*?)</tr>', page, re.S)
     assert len(ok_rows) == EXPECTED_TRAIN_JOBS - 8
+    gpu_memory = (13, 14)  # max GPU, per GPU
+    with_interval = (5, 6, 7, 8, 9, 10, 11, 12)  # accuracies, losses, times, samples/s
     for row in ok_rows:
         cells = re.findall(r'<td class="num">(.*?)</td>', row)
-        assert len(cells) == 13 and cells[11] == ""
-        number_or_word = r"[\d.,]+|cpu|(fp32|fp16|bf16|fp8)(/(fp32|fp16|bf16|fp8))*"
-        assert all(re.fullmatch(number_or_word, c) for i, c in enumerate(cells) if i != 11)
+        assert len(cells) == 16 and all(cells[i] == "" for i in gpu_memory)
+        number = r"[\d.,]+( ± [\d.,]+)?"
+        number_or_word = rf"{number}|cpu|(fp32|fp16|bf16|fp8)(/(fp32|fp16|bf16|fp8))*"
+        shown = [c for i, c in enumerate(cells) if i not in gpu_memory]
+        assert all(re.fullmatch(number_or_word, c) for c in shown), shown
+        assert all(" ± " in cells[i] for i in with_interval), cells
+    # Comparisons over the seeds, with their intervals; the warm-process check per study.
+    assert page.count("(95% interval ") > len(EXPECTED_RUNS)
+    assert page.count("<li>Warm process: the later seeds") == len(EXPECTED_RUNS)
+    assert 'download="seeds.csv"' in page and 'download="runs.csv"' in page
     assert not re.search(r">\s*(nan|NaN|None|inf)\s*<", page)
     # A skipped run shows its reason, and its row no number.
     assert "backend &#39;nccl&#39; runs on CUDA devices only" in page

@@ -52,13 +52,15 @@ def _ci95(study: Study, run: str, column: str, scale: float = 1.0) -> float:
     return 0.0 if missing(half) else half / scale
 
 
-def _curve(ax: plt.Axes, history, column: str, scale: float = 1.0, **style) -> None:
-    """One per-epoch curve, the mean over seeds, in a band of its 95% interval (history's
+def _curve(
+    ax: plt.Axes, history, column: str, scale: float = 1.0, *, band: bool = True, **style
+) -> None:
+    """One per-epoch curve, the mean over seeds, in a `band` of its 95% interval (history's
     `<column>_ci95`; no band with one seed)."""
     epochs, mean = history["epoch"], scale * history[column]
     (line,) = ax.plot(epochs, mean, **style)
     half = history.get(f"{column}_ci95")
-    if half is not None and half.notna().any():
+    if band and half is not None and half.notna().any():
         half = scale * half.astype(float)
         ax.fill_between(epochs, mean - half, mean + half, color=line.get_color(), alpha=0.15,
                         linewidth=0)  # fmt: skip
@@ -129,10 +131,11 @@ def overview(study: Study, path: Path) -> Path:
 
 
 def overlay(study: Study, path: Path) -> Path:
-    """Every finished run's loss and accuracy curves on shared axes (train dashed, test solid)."""
+    """Every finished run's loss and accuracy curves on shared axes (train dashed, test solid);
+    only the test curves have bands, as several runs' bands of both would hide the lines."""
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, layout="constrained", figsize=(11, 3.8))
     for run, history in study.histories.items():
-        train = {"linestyle": "--", "color": _color(study, run), "alpha": 0.7}
+        train = {"linestyle": "--", "color": _color(study, run), "alpha": 0.7, "band": False}
         test = {"linestyle": "-", "color": _color(study, run), "label": run}
         _curve(loss_ax, history, "train_loss", **train)
         _curve(loss_ax, history, "test_loss", **test)

@@ -176,7 +176,9 @@ def warm_process(study: Study) -> list[str]:
     )
     if found:
         line += f" The later seeds {', and '.join(found)}."
-    if verdicts["no interval"]:
+    if len(verdicts["no interval"]) == len(parts):
+        line += " No intervals: each first seed has one steady epoch (that takes 3 epochs)."
+    elif verdicts["no interval"]:
         line += (
             f" No interval for {', '.join(verdicts['no interval'])}: the first seed has one "
             "steady epoch."
