@@ -46,10 +46,11 @@ def _tick(study: Study, run: str) -> str:
 
 
 def _ci95(study: Study, run: str, column: str, scale: float = 1.0) -> float:
-    """The half-width of `run`'s 95% interval of `column` in the axis' unit; 0 (no whisker)
-    where there is none: one seed, or a number of the whole job (host RSS)."""
+    """The half-width of `run`'s 95% interval of `column` in the axis' unit; NaN (no whisker,
+    not even a cap that would read as an interval of width 0) where there is none: one seed,
+    or a number of the whole job (host RSS)."""
     half = study.runs.at[run, f"{column}_ci95"] if f"{column}_ci95" in study.runs else None
-    return 0.0 if missing(half) else half / scale
+    return np.nan if missing(half) else half / scale
 
 
 def _curve(
@@ -120,7 +121,7 @@ def overview(study: Study, path: Path) -> Path:
         ax.barh(y, values, xerr=errors, capsize=3, color=[_color(study, r) for r in runs])
         for yi, value, error in zip(y, values, errors, strict=True):
             if not np.isnan(value):
-                ax.text(value + error, yi, f" {value:.3g}", va="center", fontsize=8)
+                ax.text(value + np.nan_to_num(error), yi, f" {value:.3g}", va="center", fontsize=8)
         ax.set_yticks(y, [_tick(study, r) for r in runs] if ax is axes[0] else [])
         ax.invert_yaxis()
         ax.set_xlabel(label)
@@ -201,7 +202,7 @@ def grid_heatmap(study: Study, path: Path) -> Path:
             if row["status"] == OK:
                 grid[cell] = row[column] / scale
                 half = _ci95(study, run, column, scale)
-                notes[cell] = f"{grid[cell]:.1f}" + (f"\n± {half:.1f}" if half else "")
+                notes[cell] = f"{grid[cell]:.1f}" + ("" if np.isnan(half) else f"\n± {half:.1f}")
             else:
                 notes[cell] = row["status"]
         image = ax.imshow(grid, cmap=cmap, aspect="auto")
