@@ -1,6 +1,6 @@
 """DataParallel's step, stock and on persistent threads, against one GPU's eager step (A1).
 
-    python3 bench/dataparallel_threads.py [--out dp.json]      # a host with 2 GPUs
+    python3 bench/dataparallel_threads.py [--out dp.json] [--profile]   # a host with 2 GPUs
 
 Stock nn.DataParallel runs its replicas' forwards on new threads every step; cuDNN caches its
 convolution execution plans per thread, so each step builds them again. `replica_threads:
@@ -10,6 +10,12 @@ GPU, data on the GPU, eager steps (DataParallel can't replay a CUDA graph), on a
 CIFAR-shaped set; a step's time is the steady epoch (median of epochs 2..E) over its steps.
 The target (issue #17): the persistent step at most 2x the single-GPU eager step. Also timed:
 starting and joining the two threads stock DataParallel starts per step, alone.
+
+With --profile, one epoch of each DataParallel run again under torch.profiler: the host time
+inside the forward convolutions (aten::cudnn_convolution, inclusive: where cuDNN builds an
+execution plan when its thread has none cached) per step, against the step. Stock minus
+persistent is what rebuilding the plans costs; the rest of the gap to one GPU is
+DataParallel's own work (scatter, replicate, gather, the threads).
 """
 
 from __future__ import annotations
@@ -51,6 +57,45 @@ def step_ms(name: str, base: dict, data_dir: Path, work: Path) -> dict[str, Any]
             "test_accuracy": result["final"]["test_accuracy"]}  # fmt: skip
 
 
+def profile_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
+    """One warm epoch of run `name` under the profiler: ms per step, and of it the host time in
+    the forward and backward convolution ops (inclusive), from the trace's operator totals."""
+    from dmls.training.parallel import strategy_for
+    from dmls.training.trainer import Trainer
+
+    spec = a1_spec(name, **(base | ROWS[name] | {"epochs": 2}))
+    strategy = strategy_for(spec)
+    process = strategy.join()
+    trainer = Trainer(spec, strategy, process, data_dir)
+    trainer.train_epoch(0)  # warm: every thread that persists has its plans now
+    trainer.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
+        trainer.train_epoch(1)
+        trainer.synchronize()
+        seconds = time.perf_counter() - start
+    steps = len(trainer.data.train)
+    totals = {e.key: e for e in prof.key_averages()}
+
+    def per_step_ms(op: str) -> tuple[float, float]:
+        event = totals.get(op)
+        return (event.cpu_time_total / 1000 / steps, event.count / steps) if event else (0.0, 0.0)
+
+    forward_ms, forward_calls = per_step_ms("aten::cudnn_convolution")
+    backward_ms, backward_calls = per_step_ms("aten::convolution_backward")
+    trainer.release()
+    strategy.end_seed()
+    return {
+        "name": name,
+        "profiled_step_ms": 1000 * seconds / steps,
+        "conv_forward_host_ms_per_step": forward_ms,
+        "conv_forward_calls_per_step": forward_calls,
+        "conv_backward_host_ms_per_step": backward_ms,
+        "conv_backward_calls_per_step": backward_calls,
+    }
+
+
 def thread_start_ms(repeats: int = 1000) -> float:
     """Milliseconds to start and join two threads that do nothing: what stock DataParallel's
     new threads cost by themselves, per step."""
@@ -69,6 +114,7 @@ def main() -> None:
     parser.add_argument("--n-train", type=int, default=20_000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:
         sys.exit("needs 2 CUDA GPUs")
@@ -78,6 +124,7 @@ def main() -> None:
         work = Path(tmp)
         datasets.prepare("synthetic_cifar", {"n_train": args.n_train, "n_test": 2000}, work)
         rows = [step_ms(name, base, work, work) for name in ROWS]
+        profiles = [profile_split(n, base, work) for n in ROWS] if args.profile else []
     single = rows[0]["step_ms"]
     print(f"{torch.cuda.get_device_name(0)} x2, torch {torch.__version__}")
     print(f"{'run':<26}{'ms/step':>9}{'vs 1 GPU':>10}{'test acc':>10}")
@@ -87,13 +134,16 @@ def main() -> None:
     threads_ms = thread_start_ms()
     print(f"starting and joining 2 threads, alone: {threads_ms:.3f} ms")
     print("target: dataparallel_persistent <= 2x single_gpu_eager")
+    for p in profiles:
+        print(json.dumps(p))
     if args.out:
         args.out.write_text(
             json.dumps(
-                {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows},
+                {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows,
+                 "profiles": profiles},
                 indent=2,
             )
-        )
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -29,9 +29,11 @@ def train(tmp_path, data_dir, name, **overrides):
     spec = make_spec(run=name, **(settings | overrides))
     run_dir = tmp_path / name
     run_dir.mkdir()
-    result = trainer.train(spec, data_dir, run_dir / "model.pt", run_dir / "ckpt.pt")
+    result = trainer.train(spec, data_dir, run_dir, run_dir / "ckpt.pt")
     assert result is not None and result["status"] == "ok", result
-    return result
+    if spec.seeds > 1:
+        return result
+    return result["seeds"][0] | {k: result[k] for k in ("status", "ranks", "world_size")}
 
 
 def assert_learns_the_same(eager, fast):
@@ -157,13 +159,31 @@ def test_ddp_gradient_accumulation_replays_graphs_and_learns_what_eager_ddp_lear
     not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
     reason="fp8 needs compute capability >= 8.9",
 )
-def test_fp8_trains_out_of_the_box_with_the_pinned_torchao(tmp_path, images_dir):
+@pytest.mark.parametrize("step", ["graph", "compile"])
+def test_fp8_trains_out_of_the_box_with_the_pinned_torchao(tmp_path, images_dir, step):
     """torchao is in envs/requirements.txt: an fp8 run converts the eligible Linear layers
-    and learns what an fp32 run learns (it trains eagerly: torchao rescales from Python)."""
+    and learns what an fp32 run learns, replayed from a CUDA graph of the eager or the compiled
+    step (torchao's dynamic scaling is tensor ops on the device: nothing syncs with the host)."""
     fp32 = train(tmp_path, images_dir, "fp32", step="eager")
-    fp8 = train(tmp_path, images_dir, "fp8", precision="fp8")
-    assert fp8["fp8_linear_layers"] == 1 and "fp8" in fp8["effective_precision"]
-    assert fp8["step"]["eager_reason"] == "torchao's fp8 layers rescale dynamically from Python"
+    fp8 = train(tmp_path, images_dir, "fp8", precision="fp8", step=step)
+    # Float8Linear for the one eligible Linear layer, bf16 autocast for the rest.
+    assert fp8["fp8_linear_layers"] == 1 and fp8["effective_precision"] == "bf16+fp8"
+    assert fp8["step"]["mode"] == "cuda_graph" and fp8["step"]["compiled"] is (step == "compile")
     # 2000 images at batch 64: fp8 drops the ragged last batch of 16 images.
     assert fp8["data"]["train_samples_unseen_per_epoch"] == 16
     assert fp8["final"]["test_accuracy"] == pytest.approx(fp32["final"]["test_accuracy"], abs=0.05)
+
+
+@pytest.mark.parametrize("step", ["graph", "compile"])
+def test_each_seed_of_a_job_captures_its_own_graph_and_learns(tmp_path, images_dir, step):
+    """A later seed trains in a warm process (cuDNN plans, compiled kernels): it captures its
+    own graphs for its own model and learns as the first seed does."""
+    job = train(tmp_path, images_dir, "seeds", step=step, seeds=2)
+    first, second = job["seeds"]
+    for seed in (first, second):
+        assert seed["step"]["mode"] == "cuda_graph" and seed["step"]["replayed_steps"] > 0
+        assert seed["peak_gpu_mem_allocated_bytes"] > 0
+    assert first["history"][0]["train_loss"] != second["history"][0]["train_loss"]
+    assert second["final"]["test_accuracy"] == pytest.approx(
+        first["final"]["test_accuracy"], abs=0.1
+    )

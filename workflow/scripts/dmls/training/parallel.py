@@ -40,7 +40,10 @@ from torch import nn
 from dmls.config.spec import RunSpec
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
-AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# fp8 as torchao's float8 training runs: the eligible Linear layers' GEMMs in fp8
+# (precision.convert_to_float8), everything else under bf16 autocast, so an fp8 run differs
+# from a bf16 run in those GEMMs alone.
+AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
 
 
 class WorldSizeMismatch(RuntimeError):

@@ -53,8 +53,6 @@ def eager_reason(
     if device.type != "cuda":
         return "CUDA graphs need a GPU; this run trains on the CPU"
     blockers = strategy.capture_blockers()
-    if spec.precision == "fp8":
-        blockers.append("torchao's fp8 layers rescale dynamically from Python")
     if fault_drill:
         blockers.append("a DMLS_FAULT drill changes the step from Python")
     return "; ".join(blockers) or None

@@ -385,8 +385,8 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
                 seeds.append(result)
             trainer.release()
             strategy.end_seed()
-        if k == 0:
-            times["fit_start"] = built if kept is None else time.perf_counter()
+        if k == 0:  # the job's setup ends where its first seed's training starts
+            times["fit_start"] = fit_start if kept is None else time.perf_counter()
     times["fit_end"] = time.perf_counter()
     ranks = process.gather(rank_facts(process, gpus, job_peaks))
     result = None
