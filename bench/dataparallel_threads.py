@@ -70,7 +70,9 @@ def profile_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
     trainer.train_epoch(0)  # warm: every thread that persists has its plans now
     trainer.synchronize()
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
+    # DataParallel's forwards run on threads the profiler does not follow by default.
+    every_thread = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    with torch.profiler.profile(activities=activities, experimental_config=every_thread) as prof:
         start = time.perf_counter()
         trainer.train_epoch(1)
         trainer.synchronize()
@@ -115,6 +117,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-time", dest="time", action="store_false", help="profile only")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     args = parser.parse_args()
     if torch.cuda.device_count() < 2:
         sys.exit("needs 2 CUDA GPUs")
@@ -123,9 +127,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dmls-dp-") as tmp:
         work = Path(tmp)
         datasets.prepare("synthetic_cifar", {"n_train": args.n_train, "n_test": 2000}, work)
-        rows = [step_ms(name, base, work, work) for name in ROWS]
-        profiles = [profile_split(n, base, work) for n in ROWS] if args.profile else []
-    single = rows[0]["step_ms"]
+        rows = [step_ms(name, base, work, work) for name in args.rows] if args.time else []
+        profiles = [profile_split(n, base, work) for n in args.rows] if args.profile else []
+    single = rows[0]["step_ms"] if rows else float("nan")
     print(f"{torch.cuda.get_device_name(0)} x2, torch {torch.__version__}")
     print(f"{'run':<26}{'ms/step':>9}{'vs 1 GPU':>10}{'test acc':>10}")
     for r in rows:
