@@ -56,6 +56,15 @@ def a1_spec(run: str, **overrides: Any) -> RunSpec:
     return resolve_runs(config)[f"parallelism/{run}"]
 
 
+def cifar_sized_data(prefix: str) -> Path:
+    """A new work folder holding a synthetic set of CIFAR-10's size (50,000 + 10,000 images),
+    prepared as the DAG prepares it, in `<work>/data`."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    data = {"n_train": 50000, "n_test": 10000, "seed": 0}
+    datasets.prepare("synthetic_cifar", data, work / "data")
+    return work
+
+
 def plan(device: str, gpus: int, batch_small: int, batch_large: int) -> list[dict[str, Any]]:
     """The rows: (name, processes, spec overrides)."""
     fast = {"loader": "device"}

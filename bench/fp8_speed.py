@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from epoch_speed import ROOT, a1_spec, train_ddp
+from epoch_speed import ROOT, a1_spec, cifar_sized_data, train_ddp
 
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-from dmls.data import datasets
 
 DDP = {"launcher": "torchrun", "nproc_per_node": 2, "loader": "device"}
 
@@ -32,9 +30,8 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", default=["bf16", "fp8"])
     parser.add_argument("--out", type=Path, default=Path("fp8_speed.json"))
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="fp8-speed-"))
+    work = cifar_sized_data("fp8-speed-")
     data_dir = work / "data"
-    datasets.prepare("synthetic_cifar", {"n_train": 50000, "n_test": 10000, "seed": 0}, data_dir)
     rows = []
     for step in args.steps:
         for precision in args.precisions:

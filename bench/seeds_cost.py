@@ -19,15 +19,13 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from epoch_speed import ROOT, a1_spec
+from epoch_speed import ROOT, a1_spec, cifar_sized_data
 
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-from dmls.data import datasets
 from dmls.stats import difference
 from dmls.supervisor import supervise
 
@@ -107,9 +105,8 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", default=list(A1), choices=list(A1))
     parser.add_argument("--out", type=Path, default=Path("seeds_cost.json"))
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="seeds-cost-"))
+    work = cifar_sized_data("seeds-cost-")
     data_dir = work / "data"
-    datasets.prepare("synthetic_cifar", {"n_train": 50000, "n_test": 10000, "seed": 0}, data_dir)
     rows = []
     for run in args.runs:
         one = job(run, 1, args.epochs, data_dir, work)
