@@ -1,4 +1,4 @@
-# The special studies (B4, C, D1-D3): not training runs of the engine but small scripts over
+# The special studies (B4, C, D1-D3, D5): not training runs of the engine but small scripts over
 # the same models and data, each writing results/studies/<name>/ (config `special_studies`).
 # Their target list is special_study_outputs() in common.smk.
 
@@ -118,5 +118,25 @@ rule float32_bytes:
     params:
         study="float32_bytes",
         cfg=config["special_studies"]["float32_bytes"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
+rule graphs:
+    """D5. The course CNN eager, compiled and exported: first call, steady step, captures."""
+    output:
+        summary=f"{STUDIES_DIR}/graphs/summary.json",
+        results=f"{STUDIES_DIR}/graphs/results.csv",
+        control_flow=f"{STUDIES_DIR}/graphs/control_flow.csv",
+        figure=f"{STUDIES_DIR}/graphs/graphs.png",
+    log:
+        f"{RESULTS}/logs/studies/graphs.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: timed_threads
+    params:
+        study="graphs",
+        timed=True,  # reserves its cores and a GPU, where there is one
+        cfg=config["special_studies"]["graphs"],
     script:
         "../workflow/scripts/run_special_study.py"

@@ -32,6 +32,7 @@ CONFIG = {
         "cluster_torchrun": {
             "base": {
                 "nproc_per_node": 2, "precision": "fp16", "batch_size": 8, "epochs": 3,
+                "seeds": 1,  # (a job's seeds, killed and resumed: tests/test_repeats.py)
                 "optimizer": {"lr": 0.003}, "scheduler": {"name": "onecycle", "max_lr": 0.003},
             },
             "runs": {"resumed": {}, "dead_rank": {}},

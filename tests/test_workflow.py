@@ -16,11 +16,13 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "tools"))
 # Sections of the report, in order: A2 is drawn from A1's runs, right after it.
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
-SPECIAL_STUDIES = ["profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes"]
+SPECIAL_STUDIES = [
+    "profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes", "graphs"
+]  # fmt: skip
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
     "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",
-    "spare_failure", "float32_bytes",
+    "spare_failure", "float32_bytes", "graphs",
 )  # fmt: skip
 
 
@@ -90,6 +92,7 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
         f"results_dir: {tmp_path / 'results'}\nisolation: none\nstudies: {{}}\n"
         "special_studies:\n  profiler: {enabled: false}\n  fused_conv: {enabled: false}\n"
         "  lenet_memory: {enabled: false}\n  spare_failure: {curve_p: [0.05], curve_n: [1, 2]}\n"
+        "  graphs: {enabled: false}\n"
     )
     out = snakemake(
         "--cores", "2", "--configfile", str(config), "--replace-workflow-config", timeout=300
@@ -193,7 +196,9 @@ def test_the_test_config_runs_end_to_end(dag):
     b3 = runs[(runs["study"] == "cluster_precision") & (runs["run"] == "fp16_n1xp1")].iloc[0]
     assert b3["effective_precision"] == "fp32"
     run_dir = results / "runs" / "parallelism" / "ddp_2gpu"
-    assert (run_dir / "history.csv").exists() and (run_dir / "model.pt").exists()
+    # Two seeds (.test config): a model per seed.
+    assert (run_dir / "history.csv").exists()
+    assert sorted(p.name for p in run_dir.glob("model*.pt")) == ["model-seed0.pt", "model-seed1.pt"]
     assert "epoch 2/2" in (run_dir / "train.log").read_text()
     assert_special_studies(results / "studies")
     # Where each job's seconds went (bench/dag_table.py): the whole job, as Snakemake's
@@ -274,10 +279,9 @@ def test_snakemakes_own_report_builds(dag):
 
 
 def assert_special_studies(studies: Path) -> None:
-    """B4, C, D1-D3 on the .test config: CPU parts ok, GPU parts skipped with the reason."""
+    """B4, C, D1-D3, D5 on the .test config: CPU parts ok, GPU parts skipped with the reason."""
     summaries = {d.name: read_json(d / "summary.json") for d in studies.iterdir()}
-    assert set(summaries) == {"profiler", "fused_conv", "lenet_memory", "spare_failure",
-                              "float32_bytes"}  # fmt: skip
+    assert set(summaries) == set(SPECIAL_STUDIES)
     for summary in summaries.values():
         assert summary["status"] == "ok", summary["rows"]
         skipped = [r for r in summary["rows"] if r["status"] == "skipped"]
@@ -291,3 +295,7 @@ def assert_special_studies(studies: Path) -> None:
     assert memory["parameters"]["model_total"] == memory["parameters"]["closed_form_total"]
     assert all(r["within_ci"] for r in summaries["spare_failure"]["rows"])
     assert summaries["float32_bytes"]["rows"][0]["bits_hex"] == "0x3885005A"
+    graphs = {(r["device"], r["mode"]): r for r in summaries["graphs"]["rows"]}
+    assert all(graphs[("cpu", m)]["steady_step_ms"] > 0 for m in ("eager", "compile", "export"))
+    control = {c["capture"]: c for c in summaries["graphs"]["control_flow"]}
+    assert control["torch.compile"]["graph_breaks"] == 1

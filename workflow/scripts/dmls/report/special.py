@@ -66,6 +66,15 @@ TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
         ("Closed forms against Monte Carlo, per failure-probability vector", "vectors.csv", None),
     ],
     "float32_bytes": [("The bytes of the float32 in both byte orders", "bytes.csv", None)],
+    "graphs": [
+        (
+            "First call (capture and compiling included) and steady training step per device "
+            "and mode (mean and 95% interval over the repeats), and what each captured",
+            "results.csv",
+            None,
+        ),
+        ("A branch on a tensor's value under each way of capturing", "control_flow.csv", None),
+    ],
 }
 # Facts of a single-row summary shown as a definition list (D3).
 FACTS = {
@@ -102,6 +111,8 @@ IDENTIFIERS = {
     "precision",
     "recompute",
     "device_name",
+    "model",
+    "capture",
 }
 # Files the report offers for download (inlined), relative to the study's folder.
 DOWNLOADS = {"profiler": "traces/*.json.gz"}

@@ -22,7 +22,7 @@ from typing import IO, Any
 import torch
 
 from dmls.files import read_json, write_json
-from dmls.special import float32_bytes, fused_conv, lenet_memory, profiler, spare_failure
+from dmls.special import float32_bytes, fused_conv, graphs, lenet_memory, profiler, spare_failure
 from dmls.special.kernels import fused_conv_relu
 from dmls.supervisor import slots
 from dmls.supervisor.hardware import Host, describe
@@ -33,6 +33,7 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "lenet_memory": lenet_memory.run,
     "spare_failure": spare_failure.run,
     "float32_bytes": float32_bytes.run,
+    "graphs": graphs.run,
 }
 SUMMARY_VERSION = 1
 
