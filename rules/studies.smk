@@ -1,4 +1,4 @@
-# The special studies (B4, C, D1-D3, D5): not training runs of the engine but small scripts over
+# The special studies (B4, C, D1-D3, D5, A5's collectives): not training runs of the engine but small scripts over
 # the same models and data, each writing results/studies/<name>/ (config `special_studies`).
 # Their target list is special_study_outputs() in common.smk.
 
@@ -138,5 +138,25 @@ rule graphs:
         study="graphs",
         timed=True,  # reserves its cores and a GPU, where there is one
         cfg=config["special_studies"]["graphs"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
+rule collectives:
+    """A5 explained: all-reduce, all-gather, reduce-scatter against message size."""
+    output:
+        summary=f"{STUDIES_DIR}/collectives/summary.json",
+        table=f"{STUDIES_DIR}/collectives/collectives.csv",
+        figure=f"{STUDIES_DIR}/collectives/bandwidth.png",
+    log:
+        f"{RESULTS}/logs/studies/collectives.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: lambda wildcards: local_threads(config["special_studies"]["collectives"]["processes"])
+    params:
+        study="collectives",
+        timed=True,  # reserves its cores and its GPUs, where there are any
+        gpus=config["special_studies"]["collectives"]["processes"],
+        cfg=config["special_studies"]["collectives"],
     script:
         "../workflow/scripts/run_special_study.py"

@@ -17,12 +17,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 # Sections of the report, in order: A2 is drawn from A1's runs, right after it.
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
 SPECIAL_STUDIES = [
-    "profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes", "graphs"
+    "profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes", "graphs",
+    "collectives",
 ]  # fmt: skip
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
     "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",
-    "spare_failure", "float32_bytes", "graphs",
+    "spare_failure", "float32_bytes", "graphs", "collectives",
 )  # fmt: skip
 
 
@@ -92,7 +93,7 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
         f"results_dir: {tmp_path / 'results'}\nisolation: none\nstudies: {{}}\n"
         "special_studies:\n  profiler: {enabled: false}\n  fused_conv: {enabled: false}\n"
         "  lenet_memory: {enabled: false}\n  spare_failure: {curve_p: [0.05], curve_n: [1, 2]}\n"
-        "  graphs: {enabled: false}\n"
+        "  graphs: {enabled: false}\n  collectives: {enabled: false}\n"
     )
     out = snakemake(
         "--cores", "2", "--configfile", str(config), "--replace-workflow-config", timeout=300
@@ -299,3 +300,5 @@ def assert_special_studies(studies: Path) -> None:
     assert all(graphs[("cpu", m)]["steady_step_ms"] > 0 for m in ("eager", "compile", "export"))
     control = {c["capture"]: c for c in summaries["graphs"]["control_flow"]}
     assert control["torch.compile"]["graph_breaks"] == 1
+    gloo = [r for r in summaries["collectives"]["rows"] if r["backend"] == "gloo"]
+    assert gloo and all(r["busbw_gb_s"] > 0 for r in gloo if r["device"] == "cpu")

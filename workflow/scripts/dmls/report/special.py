@@ -75,6 +75,14 @@ TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
         ),
         ("A branch on a tensor's value under each way of capturing", "control_flow.csv", None),
     ],
+    "collectives": [
+        (
+            "Latency (median of the timed calls) and bandwidth (nccl-tests' algbw and busbw) "
+            "per backend, tensor device, collective and message size",
+            "collectives.csv",
+            None,
+        ),
+    ],
 }
 # Facts of a single-row summary shown as a definition list (D3).
 FACTS = {
@@ -113,6 +121,8 @@ IDENTIFIERS = {
     "device_name",
     "model",
     "capture",
+    "backend",
+    "op",
 }
 # Files the report offers for download (inlined), relative to the study's folder.
 DOWNLOADS = {"profiler": "traces/*.json.gz"}

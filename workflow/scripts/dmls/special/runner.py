@@ -22,7 +22,15 @@ from typing import IO, Any
 import torch
 
 from dmls.files import read_json, write_json
-from dmls.special import float32_bytes, fused_conv, graphs, lenet_memory, profiler, spare_failure
+from dmls.special import (
+    collectives,
+    float32_bytes,
+    fused_conv,
+    graphs,
+    lenet_memory,
+    profiler,
+    spare_failure,
+)
 from dmls.special.kernels import fused_conv_relu
 from dmls.supervisor import slots
 from dmls.supervisor.hardware import Host, describe
@@ -34,6 +42,7 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "spare_failure": spare_failure.run,
     "float32_bytes": float32_bytes.run,
     "graphs": graphs.run,
+    "collectives": collectives.run,
 }
 SUMMARY_VERSION = 1
 
@@ -116,8 +125,10 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
             # counted by device_count, which asks NVML: after is_available() (which
             # initialises the driver) a narrower CUDA_VISIBLE_DEVICES is ignored.
             gpu_names = slots.visible_gpus(torch.cuda.device_count())
+            # One GPU, or as many as the study's processes use (the collectives' sweep).
+            wanted = snakemake.params.get("gpus", 1)
             reserving = slots.reserve(
-                min(1, len(gpu_names)), snakemake.threads, gpu_names=gpu_names,
+                min(wanted, len(gpu_names)), snakemake.threads, gpu_names=gpu_names,
                 on_wait=logging.info,
             )  # fmt: skip
             reservation = held.enter_context(reserving)

@@ -1,0 +1,62 @@
+"""A5 explained: the collectives' sweep on this host (Gloo on CPU tensors; GPU setups skipped)."""
+
+import csv
+
+import pytest
+
+from dmls.special import collectives, runner
+
+CFG = {
+    "title": "A5x", "processes": 2, "setups": ["gloo-cpu", "nccl-cuda"], "min_bytes": 4,
+    "max_bytes": 4 * 16**4, "size_factor": 16, "warmup": 1, "iterations": 3,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory):
+    out = tmp_path_factory.mktemp("collectives")
+    return runner.run_study("collectives", CFG, out, threads=2), out
+
+
+def test_every_collective_and_size_is_timed_with_nccl_tests_bandwidths(summary):
+    result, out = summary
+    gloo = [r for r in result["rows"] if r["backend"] == "gloo"]
+    assert [(r["op"], r["size_bytes"]) for r in gloo] == [
+        (op, 4 * 16**k) for op in collectives.OPS for k in range(5)
+    ]
+    for r in gloo:
+        assert r["status"] == "ok" and r["latency_us"] > 0
+        assert r["algbw_gb_s"] == pytest.approx(r["size_bytes"] / r["latency_us"] / 1e3)
+        # Two ranks: all-reduce's bus factor 2(n-1)/n = 1, the others' (n-1)/n = 1/2.
+        factor = 1.0 if r["op"] == "all_reduce" else 0.5
+        assert r["busbw_gb_s"] == pytest.approx(factor * r["algbw_gb_s"])
+    with open(out / "collectives.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(result["rows"])
+    assert (out / "bandwidth.png").stat().st_size > 10_000
+
+
+def test_a_setup_this_host_cannot_run_is_skipped_with_the_reason(summary):
+    import torch
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this host has 2 GPUs: the NCCL sweep ran")
+    result, _ = summary
+    (nccl,) = [r for r in result["rows"] if r["backend"] == "nccl"]
+    assert nccl["status"] == "skipped"
+    assert nccl["reason"] == f"needs 2 CUDA GPUs, this host has {torch.cuda.device_count()}"
+
+
+def test_the_notes_give_the_cost_of_all_reducing_the_course_gradient(summary):
+    result, _ = summary
+    assert result["course_gradient_bytes"] == 4 * 620586  # the course CNN's parameters, fp32
+    (note,) = result["notes"]
+    assert note.startswith("gloo on cpu tensors, 2 processes: all-reduce latency ")
+    # 2.37 MiB lies between 1 MiB and 16 MiB only with a larger sweep: here it is outside.
+    assert "course CNN" not in note
+
+
+def test_latency_is_interpolated_log_log_between_measured_sizes():
+    rows = [{"status": "ok", "size_bytes": 1000, "latency_us": 10.0},
+            {"status": "ok", "size_bytes": 100000, "latency_us": 1000.0}]  # fmt: skip
+    assert collectives.latency_at(rows, 10000) == pytest.approx(100.0)
+    assert collectives.latency_at(rows, 10**6) is None  # outside the sweep: no extrapolation

@@ -1,0 +1,279 @@
+"""A5 explained: all-reduce, all-gather and reduce-scatter against message size.
+
+`processes` processes on this host join one process group per (backend, tensor device) of
+`setups`: NCCL on CUDA tensors, Gloo on CPU tensors, and Gloo on CUDA tensors (what A5's
+`gloo_*` runs do: Gloo copies them through host memory). For each collective and message size
+(powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup` untimed calls, every
+one of `iterations` calls is timed between barriers on rank 0; the latency is their median.
+Bandwidths follow nccl-tests' definitions (`size` is the whole message: the all-reduced
+buffer, all-gather's output, reduce-scatter's input; n ranks):
+  algbw = size / time;  busbw = algbw × 2(n−1)/n for all-reduce, × (n−1)/n for the others,
+which makes busbw comparable with the hardware's link bandwidth whatever the collective.
+The figure marks the course CNN's gradient (what DDP all-reduces each step, in fp32) and DDP's
+default bucket (25 MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dmls.config.spec import ModelSpec
+from dmls.files import new_figure, save_figure, write_csv
+from dmls.training.models import build_model
+
+log = logging.getLogger(__name__)
+
+SCRIPTS = Path(__file__).resolve().parents[2]  # where `dmls` is imported from
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n}  # fmt: skip
+DDP_BUCKET_BYTES = 25 * 2**20
+COLUMNS = (
+    "backend", "device", "op", "processes", "size_bytes", "status", "reason", "latency_us",
+    "algbw_gb_s", "busbw_gb_s",
+)  # fmt: skip
+
+
+def course_gradient_bytes() -> int:
+    """The course CNN's gradient in bytes (fp32): what DDP all-reduces every step."""
+    spec = ModelSpec(name="cnn", conv_channels=(32, 64, 128), fc_hidden=256, hidden=0,
+                     dropout=0.0, batch_norm=True, activation="relu")  # fmt: skip
+    model = build_model(spec, (3, 32, 32), 10)
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
+def sizes(cfg: dict[str, Any]) -> list[int]:
+    out, size = [], cfg["min_bytes"]
+    while size <= cfg["max_bytes"]:
+        out.append(size)
+        size *= cfg["size_factor"]
+    return out
+
+
+def _time_op(op: str, size: int, world: int, device: torch.device, cfg: dict) -> float:
+    """Median seconds of one call of `op` on a message of `size` bytes (fp32 elements)."""
+    numel = max(world, size // 4 // world * world)  # divisible by the ranks, at least one each
+    shard = numel // world
+    if op == "all_reduce":
+        buffer = torch.ones(numel, device=device)
+
+        def call() -> None:
+            dist.all_reduce(buffer)
+    elif op == "all_gather":
+        piece, whole = torch.ones(shard, device=device), torch.empty(numel, device=device)
+
+        def call() -> None:
+            dist.all_gather_into_tensor(whole, piece)
+    else:
+        whole, piece = torch.ones(numel, device=device), torch.empty(shard, device=device)
+
+        def call() -> None:
+            dist.reduce_scatter_tensor(piece, whole)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(cfg["warmup"]):
+        call()
+    times = []
+    for _ in range(cfg["iterations"]):
+        sync()
+        dist.barrier()
+        start = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _worker(rank: int, world: int, port: int, backend: str, device_type: str, cfg: dict,
+            out: str) -> None:  # fmt: skip
+    """One rank of a sweep (a process of its own: `python -m dmls.special.collectives`)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            device_id=device if backend == "nccl" else None)  # fmt: skip
+    results: list[dict[str, Any]] = []
+    try:
+        for op in OPS:
+            try:
+                for size in sizes(cfg):
+                    seconds = _time_op(op, size, world, device, cfg)
+                    results.append({"op": op, "size_bytes": size, "seconds": seconds})
+            except (NotImplementedError, RuntimeError) as e:  # a collective the backend lacks
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                results.append({"op": op, "error": f"{type(e).__name__}: {first}"})
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        Path(out).write_text(json.dumps(results))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sweep(backend: str, device: str, cfg: dict, out_dir: Path) -> list[dict[str, Any]]:
+    """One setup's rows: every collective and size, timed by `processes` ranks, each a Python
+    process started as the engine starts its ranks (multiprocessing's spawn would re-run the
+    Snakemake script that called this in every child)."""
+    world = cfg["processes"]
+    raw = out_dir / f".{backend}-{device}.json"
+    port = _free_port()
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, (
+        str(SCRIPTS), os.environ.get("PYTHONPATH"))))}  # fmt: skip
+    common = {"world": world, "port": port, "backend": backend, "device_type": device,
+              "cfg": cfg, "out": str(raw)}  # fmt: skip
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-m", __name__, json.dumps(common | {"rank": rank})], env=env
+        )
+        for rank in range(world)
+    ]
+    codes = [_wait(proc) for proc in ranks]
+    if any(codes):
+        raise RuntimeError(f"the {backend} sweep on {device} tensors: ranks exited {codes}")
+    rows: list[dict[str, Any]] = []
+    for r in json.loads(raw.read_text()):
+        if "error" in r:
+            reason = f"{backend} can't run it on {device} tensors: {r['error']}"
+            rows.append({"backend": backend, "device": device, "op": r["op"], "processes": world,
+                         "status": "skipped", "reason": reason})  # fmt: skip
+            continue
+        algbw = r["size_bytes"] / r["seconds"] / 1e9
+        rows.append({
+            "backend": backend, "device": device, "op": r["op"], "processes": world,
+            "size_bytes": r["size_bytes"], "status": "ok", "reason": None,
+            "latency_us": 1e6 * r["seconds"], "algbw_gb_s": algbw,
+            "busbw_gb_s": algbw * BUS_FACTOR[r["op"]](world),
+        })  # fmt: skip
+    raw.unlink()
+    return rows
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float = 1800) -> int:
+    """The rank's exit code; a rank that outlives `timeout_s` (a hung collective) is killed."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def unavailable(backend: str, device: str, world: int) -> str | None:
+    """Why this host can't run a setup, or None."""
+    if device == "cuda" and torch.cuda.device_count() < world:
+        return f"needs {world} CUDA GPUs, this host has {torch.cuda.device_count()}"
+    if backend == "nccl" and not dist.is_nccl_available():
+        return "this torch has no NCCL"
+    return None
+
+
+def latency_at(rows: list[dict[str, Any]], size: int) -> float | None:
+    """The latency (µs) at `size` bytes, interpolated log-log between the measured sizes."""
+    points = sorted((r["size_bytes"], r["latency_us"]) for r in rows if r["status"] == "ok")
+    if not points or not points[0][0] <= size <= points[-1][0]:
+        return None
+    xs, ys = np.log([p[0] for p in points]), np.log([p[1] for p in points])
+    return float(np.exp(np.interp(np.log(size), xs, ys)))
+
+
+def observations(rows: list[dict[str, Any]], gradient_bytes: int) -> list[str]:
+    notes = []
+    for setup in dict.fromkeys((r["backend"], r["device"]) for r in rows if r["status"] == "ok"):
+        mine = [r for r in rows if (r["backend"], r["device"]) == setup and r["status"] == "ok"]
+        reduce = [r for r in mine if r["op"] == "all_reduce"]
+        at = latency_at(reduce, gradient_bytes)
+        peak = max(reduce, key=lambda r: r["busbw_gb_s"])
+        smallest = min(reduce, key=lambda r: r["size_bytes"])
+        text = (
+            f"{setup[0]} on {setup[1]} tensors, {mine[0]['processes']} processes: all-reduce "
+            f"latency {smallest['latency_us']:.0f} µs at {_size(smallest['size_bytes'])} (the "
+            f"fixed cost of a call), bus bandwidth up to {peak['busbw_gb_s']:.3g} GB/s (at "
+            f"{_size(peak['size_bytes'])})"
+        )
+        if at is not None:
+            text += (
+                f"; all-reducing the course CNN's {_size(gradient_bytes)} gradient once takes "
+                f"about {at / 1000:.3g} ms (interpolated between the measured sizes)"
+            )
+        notes.append(text + ".")
+    return notes
+
+
+def _size(n: float) -> str:
+    """Bytes in binary units: '4 B', '16 KiB', '2.37 MiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _figure(rows: list[dict[str, Any]], gradient_bytes: int):
+    fig = new_figure(11, 3.6)
+    axes = fig.subplots(1, len(OPS), sharey=True)
+    setups = list(dict.fromkeys((r["backend"], r["device"]) for r in rows if r["status"] == "ok"))
+    for ax, op in zip(axes, OPS, strict=True):
+        for i, setup in enumerate(setups):
+            mine = sorted((r for r in rows if (r["backend"], r["device"]) == setup
+                           and r["op"] == op and r["status"] == "ok"),
+                          key=lambda r: r["size_bytes"])  # fmt: skip
+            label = f"{setup[0]}, {setup[1]}"
+            ax.plot([r["size_bytes"] for r in mine], [r["busbw_gb_s"] for r in mine],
+                    marker="o", markersize=3, color=f"C{i}", label=label)  # fmt: skip
+        for x, what in ((gradient_bytes, "CNN gradient"), (DDP_BUCKET_BYTES, "DDP bucket")):
+            ax.axvline(x, color="grey", linestyle=":", linewidth=1)
+            ax.text(x, 0.98, what, rotation=90, ha="right", va="top", fontsize=7,
+                    transform=ax.get_xaxis_transform())  # fmt: skip
+        ax.set(xscale="log", yscale="log", title=op.replace("_", "-"), xlabel="message (bytes)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("bus bandwidth (GB/s)")
+    if setups:
+        axes[0].legend(fontsize=7)
+    return fig
+
+
+def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
+    world = cfg["processes"]
+    rows: list[dict[str, Any]] = []
+    for setup in cfg["setups"]:
+        backend, device = setup.split("-")
+        reason = unavailable(backend, device, world)
+        if reason is not None:
+            rows.append({"backend": backend, "device": device, "op": "all", "processes": world,
+                         "status": "skipped", "reason": reason})  # fmt: skip
+            continue
+        log.info("sweeping %s on %s tensors, %d processes", backend, device, world)
+        rows += sweep(backend, device, cfg, out_dir)
+    gradient = course_gradient_bytes()
+    write_csv(out_dir / "collectives.csv", rows, COLUMNS)
+    save_figure(_figure(rows, gradient), out_dir / "bandwidth.png")
+    return {
+        "rows": rows,
+        "course_gradient_bytes": gradient,
+        "ddp_bucket_bytes": DDP_BUCKET_BYTES,
+        "notes": observations(rows, gradient),
+    }
+
+
+if __name__ == "__main__":
+    _worker(**json.loads(sys.argv[1]))
