@@ -353,7 +353,7 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
             print(f"seed {seed_spec.seed} ({k + 1} of {spec.seeds})", flush=True)
         path = spec.seed_checkpoint(checkpoint_path, seed_spec.seed)
         model_path = run_dir / ("model.pt" if spec.seeds == 1 else f"model-seed{seed_spec.seed}.pt")
-        kept = _finished_seed(seed_spec, process, data_dir, path)
+        kept = _finished_seed(seed_spec, data_dir, path)
         if kept is not None:
             if process.is_main:
                 print(f"seed {seed_spec.seed} finished in an earlier attempt: kept", flush=True)
@@ -400,9 +400,7 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
     return result
 
 
-def _finished_seed(
-    spec: RunSpec, process: Process, data_dir: Path, path: Path
-) -> dict[str, Any] | None:
+def _finished_seed(spec: RunSpec, data_dir: Path, path: Path) -> dict[str, Any] | None:
     """The state a finished seed left in its checkpoint (`Trainer.save_finished`), or None
     when the seed has yet to train or finish (its trainer then resumes or starts it)."""
     if not path.exists():
