@@ -160,3 +160,41 @@ rule collectives:
         cfg=config["special_studies"]["collectives"],
     script:
         "../workflow/scripts/run_special_study.py"
+
+
+def sharding_params():
+    """D4's config, with the collectives sweep's table where that study runs too: each
+    strategy's communication per step is predicted from it."""
+    cfg = dict(config["special_studies"]["sharding"])
+    if config["special_studies"]["collectives"]["enabled"]:
+        cfg["collectives_csv"] = rules.collectives.output.table
+    return cfg
+
+
+rule sharding:
+    """D4. DDP, ZeRO-1, ZeRO-2 and ZeRO-3 through the engine: memory per rank, step time."""
+    input:
+        manifest=f"{RESULTS}/data/{config['special_studies']['sharding']['dataset']}.json",
+        # After the sweep, whose table predicts the communication (and which would otherwise
+        # time its collectives beside this study's training).
+        collectives=(
+            rules.collectives.output.table
+            if config["special_studies"]["collectives"]["enabled"]
+            else []
+        ),
+    output:
+        summary=f"{STUDIES_DIR}/sharding/summary.json",
+        table=f"{STUDIES_DIR}/sharding/sharding.csv",
+        figure=f"{STUDIES_DIR}/sharding/memory.png",
+    log:
+        f"{RESULTS}/logs/studies/sharding.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: lambda wildcards: local_threads(max(config["special_studies"]["sharding"]["processes"]))
+    params:
+        study="sharding",
+        timed=True,  # reserves its cores and its GPUs, where there are any
+        gpus=max(config["special_studies"]["sharding"]["processes"]),
+        cfg=sharding_params(),
+    script:
+        "../workflow/scripts/run_special_study.py"

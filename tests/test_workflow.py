@@ -18,12 +18,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
 SPECIAL_STUDIES = [
     "profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes", "graphs",
-    "collectives",
+    "collectives", "sharding",
 ]  # fmt: skip
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
     "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",
-    "spare_failure", "float32_bytes", "graphs", "collectives",
+    "spare_failure", "float32_bytes", "graphs", "collectives", "sharding",
 )  # fmt: skip
 
 
@@ -94,6 +94,7 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
         "special_studies:\n  profiler: {enabled: false}\n  fused_conv: {enabled: false}\n"
         "  lenet_memory: {enabled: false}\n  spare_failure: {curve_p: [0.05], curve_n: [1, 2]}\n"
         "  graphs: {enabled: false}\n  collectives: {enabled: false}\n"
+        "  sharding: {enabled: false}\n"
     )
     out = snakemake(
         "--cores", "2", "--configfile", str(config), "--replace-workflow-config", timeout=300
@@ -302,3 +303,10 @@ def assert_special_studies(studies: Path) -> None:
     assert control["torch.compile"]["graph_breaks"] == 1
     gloo = [r for r in summaries["collectives"]["rows"] if r["backend"] == "gloo"]
     assert gloo and all(r["busbw_gb_s"] > 0 for r in gloo if r["device"] == "cpu")
+    sharding = {r["strategy"]: r for r in summaries["sharding"]["rows"] if r["device"] == "cpu"}
+    assert set(sharding) == {"none", "optimizer", "gradients", "full"}
+    # Each rank's state as the implementation splits the tensors, and FSDP's 1/N of DDP's.
+    assert all(r["state_over_expected"] == pytest.approx(1, abs=1e-3) for r in sharding.values())
+    ratio = sharding["none"]["state_bytes"] / sharding["full"]["state_bytes"]
+    assert ratio == pytest.approx(2, rel=0.02)
+    assert sharding["full"]["comm_predicted_ms"] > 0  # from the collectives sweep

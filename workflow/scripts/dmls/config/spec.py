@@ -35,6 +35,7 @@ class ModelSpec:
     conv_channels: tuple[int, ...]
     fc_hidden: int
     hidden: int
+    layers: int
     dropout: float
     batch_norm: bool
     activation: str
@@ -70,6 +71,7 @@ class RunSpec:
     model: ModelSpec
     launcher: str
     replica_threads: str
+    sharding: str
     device: str
     nodes: int
     nproc_per_node: int
@@ -211,6 +213,17 @@ class RunSpec:
                 f"{where}.replica_threads: {self.replica_threads!r} is a setting of launcher "
                 f"'dp' (nn.DataParallel); this run's launcher is {self.launcher!r}"
             )
+        if self.sharding != "none" and self.launcher != "torchrun":
+            raise SpecError(
+                f"{where}.sharding: {self.sharding!r} shards over torchrun's processes (DDP with "
+                f"ZeroRedundancyOptimizer, FSDP2); this run's launcher is {self.launcher!r}"
+            )
+        if self.sharding in ("gradients", "full") and self.precision == "fp8":
+            raise SpecError(
+                f"{where}.sharding: {self.sharding!r} (FSDP2) with precision 'fp8' needs "
+                "torchao's float8 all-gather set-up, which the engine does not do; use "
+                "sharding 'none' or 'optimizer' for fp8"
+            )
         if self.launcher == "dp" and self.nodes != 1:
             raise SpecError(
                 f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1"
@@ -334,3 +347,29 @@ def resolve_runs(
                 "skipped):\n  " + "\n  ".join(conflicts)
             )
     return runs
+
+
+def run_defaults(schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A whole run spec of the schema's defaults (every key of `$defs.run`), for code that
+    builds runs outside a config: the special studies that train through the engine."""
+
+    def default(node: dict[str, Any]) -> Any:
+        if "properties" in node:
+            found = {k: default(v) for k, v in node["properties"].items() if _has_default(v)}
+            return deep_merge(node.get("default", {}), found)
+        return copy.deepcopy(node["default"])
+
+    return default((schema or load_schema())["$defs"]["run"])
+
+
+def _has_default(node: dict[str, Any]) -> bool:
+    return "default" in node or any(_has_default(v) for v in node.get("properties", {}).values())
+
+
+def special_run_spec(study: str, run: str, **overrides: Any) -> RunSpec:
+    """A run spec of the schema's defaults under `overrides` (nested mappings merge),
+    validated as a config's runs are."""
+    schema = load_schema()
+    merged = deep_merge(run_defaults(schema), overrides)
+    _raise_errors("invalid run spec", run_validator(schema).iter_errors(merged), (study, run))
+    return RunSpec.from_dict({"study": study, "run": run, **merged})

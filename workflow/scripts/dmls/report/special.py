@@ -83,6 +83,17 @@ TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
             None,
         ),
     ],
+    "sharding": [
+        (
+            "Memory per rank (the most loaded rank) by strategy and N: parameters, gradients and "
+            "Adam state measured from the tensors, against the closed form and the split the "
+            "implementation makes; the allocator's peak (GPU) against the predicted one; step "
+            "time (mean and 95% interval over the timed epochs) and the collectives' time the "
+            "sweep predicts",
+            "sharding.csv",
+            None,
+        ),
+    ],
 }
 # Facts of a single-row summary shown as a definition list (D3).
 FACTS = {
@@ -123,6 +134,9 @@ IDENTIFIERS = {
     "capture",
     "backend",
     "op",
+    "strategy",
+    "stage",
+    "processes",
 }
 # Files the report offers for download (inlined), relative to the study's folder.
 DOWNLOADS = {"profiler": "traces/*.json.gz"}
@@ -177,5 +191,6 @@ def _table(caption: str, frame: pd.DataFrame, columns: list[str] | None) -> dict
 
 
 def _row_name(row: dict[str, Any]) -> str:
-    keys = ("device", "activation", "depth", "mode", "optimizer", "precision", "recompute")
+    keys = ("device", "activation", "depth", "mode", "optimizer", "precision", "recompute",
+            "processes", "strategy")  # fmt: skip
     return " ".join(str(row[k]) for k in keys if k in row)

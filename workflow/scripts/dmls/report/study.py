@@ -102,7 +102,7 @@ class Study:
     def scales_workers(self) -> bool:
         """Runs differ in how many workers train, and only in how they are launched and which
         data path and step they use (A1, B1, B2)."""
-        launch_keys = {"launcher", "replica_threads", *GRID_KEYS, *PATH_KEYS}
+        launch_keys = {"launcher", "replica_threads", "sharding", *GRID_KEYS, *PATH_KEYS}
         return self.runs["replicas"].nunique() > 1 and set(self.varying) <= launch_keys
 
     def scaling_reference(self, run: str) -> str | None:

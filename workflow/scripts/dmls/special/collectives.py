@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import torch.distributed as dist
 
 from dmls.config.spec import ModelSpec
 from dmls.files import new_figure, save_figure, write_csv
+from dmls.supervisor.launch import free_port
 from dmls.training.models import build_model
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ COLUMNS = (
 def course_gradient_bytes() -> int:
     """The course CNN's gradient in bytes (fp32): what DDP all-reduces every step."""
     spec = ModelSpec(name="cnn", conv_channels=(32, 64, 128), fc_hidden=256, hidden=0,
-                     dropout=0.0, batch_norm=True, activation="relu")  # fmt: skip
+                     layers=1, dropout=0.0, batch_norm=True, activation="relu")  # fmt: skip
     model = build_model(spec, (3, 32, 32), 10)
     return 4 * sum(p.numel() for p in model.parameters())
 
@@ -126,19 +126,13 @@ def _worker(rank: int, world: int, port: int, backend: str, device_type: str, cf
         Path(out).write_text(json.dumps(results))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def sweep(backend: str, device: str, cfg: dict, out_dir: Path) -> list[dict[str, Any]]:
     """One setup's rows: every collective and size, timed by `processes` ranks, each a Python
     process started as the engine starts its ranks (multiprocessing's spawn would re-run the
     Snakemake script that called this in every child)."""
     world = cfg["processes"]
     raw = out_dir / f".{backend}-{device}.json"
-    port = _free_port()
+    port = free_port()
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, (
         str(SCRIPTS), os.environ.get("PYTHONPATH"))))}  # fmt: skip
     common = {"world": world, "port": port, "backend": backend, "device_type": device,
@@ -149,7 +143,7 @@ def sweep(backend: str, device: str, cfg: dict, out_dir: Path) -> list[dict[str,
         )
         for rank in range(world)
     ]
-    codes = [_wait(proc) for proc in ranks]
+    codes = [wait_rank(proc) for proc in ranks]
     if any(codes):
         raise RuntimeError(f"the {backend} sweep on {device} tensors: ranks exited {codes}")
     rows: list[dict[str, Any]] = []
@@ -170,7 +164,7 @@ def sweep(backend: str, device: str, cfg: dict, out_dir: Path) -> list[dict[str,
     return rows
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float = 1800) -> int:
+def wait_rank(proc: subprocess.Popen, timeout_s: float = 1800) -> int:
     """The rank's exit code; a rank that outlives `timeout_s` (a hung collective) is killed."""
     try:
         return proc.wait(timeout=timeout_s)

@@ -76,7 +76,7 @@ class BranchyCond(Branchy):
 def course_cnn(cfg: dict[str, Any]) -> nn.Module:
     spec = ModelSpec(
         name="cnn", conv_channels=tuple(cfg["conv_channels"]), fc_hidden=cfg["fc_hidden"],
-        hidden=0, dropout=0.0, batch_norm=True, activation="relu",
+        hidden=0, layers=1, dropout=0.0, batch_norm=True, activation="relu",
     )  # fmt: skip
     return build_model(spec, INPUT_SHAPE, NUM_CLASSES)
 

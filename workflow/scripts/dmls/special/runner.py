@@ -29,6 +29,7 @@ from dmls.special import (
     graphs,
     lenet_memory,
     profiler,
+    sharding,
     spare_failure,
 )
 from dmls.special.kernels import fused_conv_relu
@@ -43,6 +44,7 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "float32_bytes": float32_bytes.run,
     "graphs": graphs.run,
     "collectives": collectives.run,
+    "sharding": sharding.run,
 }
 SUMMARY_VERSION = 1
 

@@ -1,4 +1,4 @@
-"""The course's models: a configurable CNN, B's MLP and LeNet-5."""
+"""The course's models: a configurable CNN, B's MLP, LeNet-5 and D4's wide MLP."""
 
 from __future__ import annotations
 
@@ -107,6 +107,40 @@ class LeNet5(nn.Module):
         return self.classifier(self.features(x))
 
 
+class WideMLP(nn.Module):
+    """D4's model: images flattened, `layers` blocks of Linear(·, hidden) + activation, then
+    Linear(hidden, classes). Nearly all of its parameters are in hidden×hidden matrices, so
+    weights, gradients and optimizer state dwarf the activations of a small batch: the memory
+    that sharding divides. Each Linear is one unit that FSDP2 shards (`shard_units`)."""
+
+    def __init__(
+        self, input_shape: Sequence[int], num_classes: int, hidden: int, layers: int,
+        activation: str,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        features = 1
+        for n in input_shape:
+            features *= n
+        blocks: list[nn.Module] = [nn.Flatten()]
+        for i in range(layers):
+            blocks += [nn.Linear(features if i == 0 else hidden, hidden), ACTIVATIONS[activation]()]
+        blocks.append(nn.Linear(hidden, num_classes))
+        self.net = nn.Sequential(*blocks)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The modules FSDP2 shards one by one (`fully_shard` on each, then on the whole model):
+    the leaf modules that hold parameters, so that one layer's parameters are gathered at a
+    time."""
+    return [
+        m for m in model.modules()
+        if not list(m.children()) and any(True for _ in m.parameters(recurse=False))
+    ]  # fmt: skip
+
+
 def build_model(spec: ModelSpec, input_shape: Sequence[int], num_classes: int) -> nn.Module:
     """The network a spec names, for data of `input_shape` (C, H, W or F,)."""
     if spec.name == "cnn":
@@ -131,4 +165,6 @@ def build_model(spec: ModelSpec, input_shape: Sequence[int], num_classes: int) -
         if len(input_shape) != 3 or input_shape[1] not in (28, 32):
             raise ValueError(f"model 'lenet5' needs 28×28 or 32×32 images, got {input_shape}")
         return LeNet5(input_shape, num_classes, spec.activation)
+    if spec.name == "wide_mlp":
+        return WideMLP(input_shape, num_classes, spec.hidden, spec.layers, spec.activation)
     raise ValueError(f"unknown model {spec.name!r}")

@@ -2,29 +2,39 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from dmls.config.spec import RunSpec
 
 
-def make_optimizer(spec: RunSpec, params, fused: bool) -> torch.optim.Optimizer:
-    """The spec's optimizer. `fused`: one multi-tensor CUDA kernel updates every parameter
-    (Adam, AdamW, SGD) instead of a few kernels per parameter; the arithmetic is the same."""
+def optimizer_recipe(
+    spec: RunSpec, fused: bool
+) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The spec's optimizer class and its arguments but the parameters (what
+    ZeroRedundancyOptimizer builds each rank's shard of the optimizer from). `fused`: one
+    multi-tensor CUDA kernel updates every parameter (Adam, AdamW, SGD) instead of a few kernels
+    per parameter; the arithmetic is the same."""
     o = spec.optimizer
     # RMSprop has no fused kernel; foreach still batches its per-parameter updates.
     kernel = {"fused": True} if fused else {}
+    common = {"lr": o.lr, "weight_decay": o.weight_decay}
     if o.name == "sgd":
-        return torch.optim.SGD(
-            params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, **kernel
-        )
+        return torch.optim.SGD, common | {"momentum": o.momentum} | kernel
     if o.name == "adam":
-        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay, **kernel)
+        return torch.optim.Adam, common | kernel
     if o.name == "adamw":
-        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, **kernel)
+        return torch.optim.AdamW, common | kernel
     if o.name == "rmsprop":
-        foreach = {"foreach": True} if fused else {}
-        return torch.optim.RMSprop(params, lr=o.lr, weight_decay=o.weight_decay, **foreach)
+        return torch.optim.RMSprop, common | ({"foreach": True} if fused else {})
     raise ValueError(f"unknown optimizer {o.name!r}")
+
+
+def make_optimizer(spec: RunSpec, params, fused: bool) -> torch.optim.Optimizer:
+    """The spec's optimizer over `params` (`optimizer_recipe`)."""
+    cls, kwargs = optimizer_recipe(spec, fused)
+    return cls(params, **kwargs)
 
 
 def make_scheduler(spec: RunSpec, optimizer, steps_per_epoch: int):

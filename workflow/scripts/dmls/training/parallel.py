@@ -1,26 +1,25 @@
 """How a run does data parallelism: one class per way, chosen once from the spec's launcher.
 
-| launcher     | strategy                  | processes × devices   | gradients averaged by     |
-|--------------|---------------------------|-----------------------|---------------------------|
-| `single`     | `SingleDevice`            | 1 × 1                 | (nothing to average)      |
-| `dp`         | `DataParallel`            | 1 × N GPUs            | summing onto GPU 0        |
-| `torchrun`   | `DistributedDataParallel` | N × 1 (torchrun's)    | DDP's bucketed all-reduce |
-| `accelerate` | `Accelerate`              | N × 1 (accelerate's)  | the DDP accelerate builds |
+| launcher     | sharding  | strategy                   | ranks × GPUs | gradients averaged by     |
+|--------------|-----------|----------------------------|--------------|---------------------------|
+| `single`     |           | `SingleDevice`             | 1 × 1        | (nothing to average)      |
+| `dp`         |           | `DataParallel`             | 1 × N        | summing onto GPU 0        |
+| `torchrun`   | none      | `DistributedDataParallel`  | N × 1        | DDP's bucketed all-reduce |
+| `torchrun`   | optimizer | `ShardedOptimizer`         | N × 1        | DDP's bucketed all-reduce |
+| `torchrun`   | gradients | `FullyShardedDataParallel` | N × 1        | FSDP2's reduce-scatter    |
+| `torchrun`   | full      | `FullyShardedDataParallel` | N × 1        | FSDP2's reduce-scatter    |
+| `accelerate` |           | `Accelerate`               | N × 1        | the DDP accelerate builds |
 
-A strategy joins the process group the launcher prepared (`join`), wraps the model
-(`prepare`), runs the backward (`backward`), skips the gradient all-reduce on the micro-steps
-before an optimizer step (`no_sync`), steps the optimizer with its loss scaler
-(`optimizer_step`), and says why a CUDA graph can't capture its step (`capture_blockers`).
-The trainer calls only these, so it reads the same for every launcher; outside this module only
-launch.py (the commands) and the spec (what the torch-free side needs) look at the launcher.
-
-Adding FSDP is one more class, a subclass of `DistributedDataParallel` (same process group,
-same launcher): `prepare` applies `fully_shard` to each block and then to the model, `no_sync`
-becomes `model.set_requires_gradient_sync(False)` around the micro-steps, `model_state`,
-`optimizer_state` and their `load_*` gather and scatter the full state dicts
-(torch.distributed.checkpoint's `get_model_state_dict`, `get_optimizer_state_dict` and their
-setters), and `capture_blockers` names what its all-gathers need; the trainer, the steps and
-the checkpoints stay as they are.
+A strategy joins the process group the launcher prepared (`join`), places the model's
+parameters as it keeps them (`shard`) and builds the optimizer over them (`make_optimizer`),
+wraps the model (`prepare`), runs the backward (`backward`), skips the gradient sync on the
+micro-steps before an optimizer step (`no_sync`), steps the optimizer with its loss scaler
+(`optimizer_step`), says why a CUDA graph can't capture its step (`capture_blockers`), and
+gives and takes the whole model's and optimizer's state for checkpoints (`model_state`,
+`optimizer_state` and their `load_*`: every rank calls them, rank 0 gets the state; a sharded
+strategy gathers it there). The trainer calls only these, so it reads the same for every
+launcher; outside this module only launch.py (the commands) and the spec (what the torch-free
+side needs) look at the launcher.
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ import torch.distributed as dist
 from torch import nn
 
 from dmls.config.spec import RunSpec
+from dmls.training.models import shard_units
+from dmls.training.optimizers import make_optimizer, optimizer_recipe
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 # fp8 as torchao's float8 training runs: the eligible Linear layers' GEMMs in fp8
@@ -173,6 +174,15 @@ class SingleDevice:
         return self.scaler if self.scaler is not None and self.scaler.is_enabled() else None
 
     # -- the model and its step
+    def shard(self, model: nn.Module) -> nn.Module:
+        """The model with its parameters placed as this strategy keeps them, before the
+        optimizer is built over them (FSDP2 replaces them by this rank's shards)."""
+        return model
+
+    def make_optimizer(self, params, fused: bool) -> torch.optim.Optimizer:
+        """The spec's optimizer over `params` (training/optimizers.py)."""
+        return make_optimizer(self.spec, params, fused)
+
     def prepare(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
     ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
@@ -200,9 +210,11 @@ class SingleDevice:
         """Why this strategy's step can't be captured as a CUDA graph (none: it can)."""
         return []
 
-    # -- checkpoints
+    # -- checkpoints: every rank calls these; rank 0 gets the state, the others an empty dict
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model's weights, on the CPU."""
+        if not self.process.is_main:
+            return {}
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
     def load_model_state(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -210,7 +222,7 @@ class SingleDevice:
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's whole state, as a checkpoint keeps it."""
-        return optimizer.state_dict()
+        return optimizer.state_dict() if self.process.is_main else {}
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         optimizer.load_state_dict(state)
@@ -349,6 +361,97 @@ class DistributedDataParallel(SingleDevice):
         return _gloo_blocker(self.spec)
 
 
+class ShardedOptimizer(DistributedDataParallel):
+    """`sharding: optimizer` (ZeRO-1): DDP as above, the optimizer a ZeroRedundancyOptimizer.
+    Each rank keeps the optimizer state of its 1/N of the parameters and updates only those;
+    then every rank broadcasts its updated parameters to the others. Gradients are still
+    all-reduced whole."""
+
+    def make_optimizer(self, params, fused: bool) -> torch.optim.Optimizer:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        cls, kwargs = optimizer_recipe(self.spec, fused)
+        return ZeroRedundancyOptimizer(list(params), optimizer_class=cls, **kwargs)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        optimizer.consolidate_state_dict(to=0)  # a collective: the shards' states onto rank 0
+        return optimizer.state_dict() if self.process.is_main else {}
+
+    def capture_blockers(self) -> list[str]:
+        return [
+            "ZeroRedundancyOptimizer broadcasts the updated parameters from Python after each "
+            "step",
+            *super().capture_blockers(),
+        ]
+
+
+class FullyShardedDataParallel(DistributedDataParallel):
+    """`sharding: gradients | full`: FSDP2 (`fully_shard`) on each layer with parameters
+    (models.shard_units), then on the whole model. Each rank keeps 1/N of every parameter,
+    gradient and optimizer state; a layer's parameters are all-gathered before it runs and its
+    gradients reduce-scattered after its backward. `gradients` (ZeRO-2) keeps the gathered
+    parameters from the forward to the backward (reshard_after_forward=False); `full` (ZeRO-3)
+    frees them after each layer's forward and gathers them again for its backward."""
+
+    def shard(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = self.spec.sharding == "full"
+        for unit in shard_units(model):
+            fully_shard(unit, reshard_after_forward=reshard)
+        fully_shard(model, reshard_after_forward=reshard)
+        return model
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        return model  # `shard` made it FSDP2's, in place
+
+    @contextlib.contextmanager
+    def _unsynced(self):
+        self.module.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.module.set_requires_gradient_sync(True)
+
+    def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
+        return self._unsynced() if skip else contextlib.nullcontext()
+
+    @staticmethod
+    def _options(**kw: bool) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, **kw)
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        # The shards all-gathered onto rank 0's CPU (the others get an empty dict).
+        return get_model_state_dict(model, options=self._options(cpu_offload=True))
+
+    def load_model_state(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        set_model_state_dict(model, state, options=self._options())  # each rank keeps its shard
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(
+            self.module, optimizer, options=self._options(cpu_offload=True)
+        )
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.module, optimizer, state, options=self._options())
+
+    def capture_blockers(self) -> list[str]:
+        return [
+            "FSDP2 gathers and frees each layer's parameters from Python hooks in every step",
+            *super().capture_blockers(),
+        ]
+
+
 class Accelerate(SingleDevice):
     """`launcher: accelerate`: `accelerate launch` starts the processes, and its Accelerator
     prepares the model (DDP), the optimizer and the mixed precision (`--mixed_precision`, with
@@ -427,6 +530,16 @@ STRATEGIES: dict[str, type[SingleDevice]] = {
 }
 
 
+SHARDED: dict[str, type[DistributedDataParallel]] = {
+    "optimizer": ShardedOptimizer,
+    "gradients": FullyShardedDataParallel,
+    "full": FullyShardedDataParallel,
+}
+
+
 def strategy_for(spec: RunSpec) -> SingleDevice:
-    """The strategy of `spec`'s launcher (nothing started yet: `join` does that)."""
+    """The strategy of `spec`'s launcher and sharding (nothing started yet: `join` does
+    that)."""
+    if spec.sharding != "none":
+        return SHARDED[spec.sharding](spec)
     return STRATEGIES[spec.launcher](spec)

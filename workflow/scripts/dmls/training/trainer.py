@@ -30,7 +30,7 @@ from dmls.data.loaders import load_manifest, make_loaders
 from dmls.training import checkpoint
 from dmls.training.faults import Drill
 from dmls.training.models import build_model
-from dmls.training.optimizers import make_optimizer, make_scheduler
+from dmls.training.optimizers import make_scheduler
 from dmls.training.parallel import Process, SingleDevice, strategy_for
 from dmls.training.precision import Autocast, PrecisionProbe, convert_to_float8
 from dmls.training.results import (
@@ -62,8 +62,17 @@ class Trainer:
     """The epoch loop of one rank, built once from the spec."""
 
     def __init__(
-        self, spec: RunSpec, strategy: SingleDevice, process: Process, data_dir: Path
+        self,
+        spec: RunSpec,
+        strategy: SingleDevice,
+        process: Process,
+        data_dir: Path,
+        *,
+        fused_optimizer: bool | None = None,
     ) -> None:
+        """`fused_optimizer` overrides the choice of the optimizer's kernels (by default fused
+        with the fast step, as the course's code without it): D4 steps eagerly, as sharded
+        strategies must, yet compares their memory without foreach's temporaries."""
         self.spec, self.strategy, self.process = spec, strategy, process
         device = process.device
         # Every generator from the seed first: a seed trained after others in the same process
@@ -112,7 +121,10 @@ class Trainer:
         if self.fp8_linear_layers:
             # An fp8 GEMM returns the dtype of its input, so the hook can't see it: say so here.
             self.probe.seen.add("fp8")
-        optimizer = make_optimizer(spec, self.model.parameters(), fused=fast)
+        # Sharded before the optimizer sees the parameters: FSDP2 replaces them by shards.
+        self.model = strategy.shard(self.model)
+        fused = fast if fused_optimizer is None else fused_optimizer
+        optimizer = strategy.make_optimizer(self.model.parameters(), fused=fused)
         steps_per_epoch = math.ceil(len(self.data.train) / spec.grad_accum_steps)
         scheduler = make_scheduler(spec, optimizer, steps_per_epoch)
 
@@ -151,11 +163,11 @@ class Trainer:
             # divided by the group's size, and only its last micro-step all-reduces.
             self.step(x, y, sync=last_micro, divisor=k if i < tail_start else n - tail_start)
             if last_micro:
-                self._optimizer_step()
+                self.optimizer_step()
         loss_sum, correct, count = self.process.all_reduce_sum(self.step.sums).tolist()
         return loss_sum / count, correct / count
 
-    def _optimizer_step(self) -> None:
+    def optimizer_step(self) -> None:
         self.strategy.optimizer_step(self.optimizer)
         self.step.after_optimizer_step()
         if self.scheduler is not None:
@@ -268,14 +280,16 @@ class Trainer:
     # -- checkpoints (training/checkpoint.py says what they hold and why)
     def _save_checkpoint(self, path: Path, progress: Progress) -> None:
         rng = self.process.gather(checkpoint.rng_state(self.process.device))
+        # Every rank takes part: a sharded strategy gathers the state onto rank 0.
+        model, optimizer = self.model_state(), self.strategy.optimizer_state(self.optimizer)
         if not self.process.is_main:
             return
         scaler = self.strategy.loss_scaler
         state = {
             "epoch": progress.epoch,
             "progress": asdict(progress),
-            "model": self.model_state(),
-            "optimizer": self.strategy.optimizer_state(self.optimizer),
+            "model": model,
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": scaler.state_dict() if scaler is not None else None,
             "precisions": sorted(self.probe.seen),
@@ -306,6 +320,7 @@ class Trainer:
         return checkpoint.identity(self.spec, self.data.manifest)
 
     def model_state(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights on rank 0 (every rank calls it; the others get {})."""
         return self.strategy.model_state(self.model)
 
     def save_finished(self, path: Path, state: dict[str, Any]) -> None:
@@ -370,6 +385,7 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
             job_peaks = {i: tuple(map(max, job_peaks[i], peaks[i])) for i in gpus}
             all_peaks = process.gather(peaks)
             effective = process.gather(trainer.probe.effective)
+            weights = trainer.model_state()  # every rank: a sharded strategy gathers them
             if process.is_main:
                 result = seed_result(
                     seed_spec.seed, outcome, loaders=trainer.data, setup_s=fit_start - built,
@@ -377,7 +393,7 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
                     fp8_linear_layers=trainer.fp8_linear_layers, step=trainer.step_record(),
                     peaks=all_peaks,
                 )  # fmt: skip
-                state = {"epoch": len(outcome["history"]), "model": trainer.model_state()}
+                state = {"epoch": len(outcome["history"]), "model": weights}
                 _save_model(model_path, seed_spec, state)
                 # The seed's end, kept until the job's result is written: a job killed during
                 # a later seed does not train this one again.

@@ -1,0 +1,450 @@
+"""D4 (question 7): model sharding, memory per GPU measured against the closed form.
+
+The same wide MLP (`hidden` × `hidden` Linear layers, config keys), batch and AdamW trained by
+the engine's strategies (training/parallel.py) on N processes, for each N of `processes`:
+
+| strategy  | ZeRO stage | what each rank keeps whole          | what it keeps 1/N of          |
+|-----------|------------|-------------------------------------|-------------------------------|
+| none      | (DDP)      | parameters, gradients, Adam state   | -                             |
+| optimizer | ZeRO-1     | parameters, gradients               | Adam state                    |
+| gradients | ZeRO-2     | parameters from forward to backward | gradients, Adam state         |
+| full      | ZeRO-3     | one or two layers' parameters       | parameters, gradients, state  |
+
+Each rank is a process of its own that joins the process group as torchrun's ranks do and
+trains through the engine's `Trainer`: one warm-up epoch, then one step whose memory is split
+by the tensors that hold it (parameters, gradients and optimizer state, this rank's part of
+them; the layer outputs of the forward), then `repeats` timed epochs. Steps run eagerly (FSDP2
+and ZeroRedundancyOptimizer run Python between the collectives, so a CUDA graph can't capture
+them, and DDP gets no graph either, so that steps compare like with like) with the fused AdamW
+kernel (no foreach temporaries). On a GPU, the peak allocated over the measured step and the
+timed epochs is the allocator's (`torch.cuda.max_memory_allocated`); the CPU has no such count,
+so on the CPU only the split is measured (with Gloo and a small model, which CI runs).
+
+Bytes per parameter (fp32, AdamW: 4 for the weight, 4 for its gradient, 8 for the two moments),
+P parameters, N ranks, U the largest layer's parameters, A the forward's layer outputs:
+
+| strategy  | state at the step (closed form) | peak, predicted                                |
+|-----------|---------------------------------|------------------------------------------------|
+| none      | 16·P                            | 16·P + 4·P (DDP's gradient buckets) + A        |
+| optimizer | (8 + 8/N)·P                     | (8 + 8/N)·P + 4·P (buckets) + A                |
+| gradients | 16·P/N                          | 16·P/N + 4·P (gathered weights) + 4·U + A      |
+| full      | 16·P/N                          | 16·P/N + 3·4·U (two layers' weights, one grad) + A |
+
+The issue's closed forms for the peak model state, (4 + 12/N)·P for ZeRO-2 and 16·P/N plus the
+gathered layers for ZeRO-3, are these without what FSDP2 keeps beside the gathered copy (the
+4·P/N shard). Communication per step, predicted from the collectives sweep of the same results
+folder (A5 explained) where it measured the same backend, device and N: DDP all-reduces the
+gradients in 25 MiB buckets; ZeRO-1 also sends every rank the others' updated shards (an
+all-gather's worth of bytes, which torch's implementation broadcasts); FSDP2 all-gathers each
+layer's weights once (gradients) or twice (full) and reduce-scatters its gradients.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from dmls import stats
+from dmls.config.spec import RunSpec, special_run_spec
+from dmls.files import new_figure, save_figure, write_csv
+from dmls.special.collectives import DDP_BUCKET_BYTES, latency_at, wait_rank
+from dmls.supervisor.launch import free_port
+from dmls.training.models import build_model, shard_units
+
+log = logging.getLogger(__name__)
+
+SCRIPTS = Path(__file__).resolve().parents[2]  # where `dmls` is imported from
+STAGES = {"none": "DDP", "optimizer": "ZeRO-1", "gradients": "ZeRO-2", "full": "ZeRO-3"}
+BACKENDS = {"cuda": "nccl", "cpu": "gloo"}
+COLUMNS = (
+    "device", "processes", "strategy", "stage", "status", "reason", "parameters",
+    "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "state_bytes",
+    "state_closed_form_bytes", "state_over_closed_form", "state_expected_bytes",
+    "state_over_expected", "peak_allocated_bytes", "other_bytes",
+    "peak_predicted_bytes", "peak_over_predicted", "state_bytes_per_parameter",
+    "peak_bytes_per_parameter", "step_ms", "step_ms_ci95", "comm_predicted_ms",
+)  # fmt: skip
+
+
+def run_spec(cfg: dict[str, Any], device: str, strategy: str, processes: int) -> RunSpec:
+    """The engine's run for one setup (what `model` means on this device: `cfg[device]`)."""
+    shape = cfg["model"][device]
+    return special_run_spec(
+        "sharding", f"{strategy}_{processes}_{device}",
+        dataset=cfg["dataset"], device=device, backend=BACKENDS[device], launcher="torchrun",
+        nproc_per_node=processes, sharding=strategy, step="eager", epochs=1 + cfg["repeats"],
+        batch_size=cfg["batch_size"], train_samples=cfg["batch_size"] * processes * cfg["steps"],
+        test_samples=cfg["batch_size"] * processes, num_workers=0, seeds=1,
+        model={"name": "wide_mlp", "hidden": shape["hidden"], "layers": shape["layers"],
+               "activation": "relu"},
+        optimizer={"name": "adamw", "lr": 1e-4, "weight_decay": 0.01},
+        scheduler={"name": "none"}, augment={"random_crop": False, "horizontal_flip": False},
+    )  # fmt: skip
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor (a DTensor's local shard; a plain tensor itself)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def local_bytes(tensors) -> int:
+    return sum(_local(t).numel() * _local(t).element_size() for t in tensors if t is not None)
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    # ZeroRedundancyOptimizer keeps this rank's shard in the optimizer it wraps (`optim`).
+    local = getattr(optimizer, "optim", optimizer)
+    return [v for state in local.state.values() for v in state.values() if torch.is_tensor(v)]
+
+
+def _layer_outputs(model: torch.nn.Module) -> tuple[list[int], list[Any]]:
+    """Forward hooks summing the bytes of every leaf module's output that is new memory (not a
+    view of its input, as Flatten's is): the activations a backward keeps."""
+    total = [0]
+
+    def hook(module, inputs, output):
+        if inputs and output.untyped_storage().data_ptr() == inputs[0].untyped_storage().data_ptr():
+            return
+        total[0] += output.numel() * output.element_size()
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    return total, [m.register_forward_hook(hook) for m in leaves]
+
+
+def _rank(rank: int, world: int, port: int, spec: str, data_dir: str, out: str) -> None:
+    """One rank of a setup (a process of its own: `python -m dmls.special.sharding`)."""
+    from dmls.training.parallel import strategy_for
+    from dmls.training.trainer import Trainer
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0",
+    )  # fmt: skip
+    torch.set_num_threads(1)
+    run = RunSpec.from_json(spec)
+    strategy = strategy_for(run)
+    process = strategy.join()
+    device = process.device
+    trainer = Trainer(run, strategy, process, Path(data_dir), fused_optimizer=True)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    params = list(trainer.model.parameters())
+    trainer.train_epoch(0)  # warm-up: Adam's state, communicators, the allocator's pools
+    sync()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    x, y = trainer._to_device(*next(iter(trainer.data.train)))
+    outputs, hooks = _layer_outputs(trainer.model)
+    trainer.step(x, y, sync=True, divisor=1)
+    for h in hooks:
+        h.remove()
+    grads = local_bytes(p.grad for p in params)
+    trainer.optimizer_step()
+    record = {
+        "rank": rank,
+        "parameters": sum(p.numel() for p in params),  # a DTensor's numel is the whole one
+        "params_bytes": local_bytes(params),
+        "grads_bytes": grads,
+        "optimizer_bytes": local_bytes(_optimizer_tensors(trainer.optimizer)),
+        "activations_bytes": outputs[0],
+    }
+    steps, step_s = len(trainer.data.train), []
+    for epoch in range(1, run.epochs):
+        sync()
+        start = time.perf_counter()
+        trainer.train_epoch(epoch)
+        sync()
+        step_s.append((time.perf_counter() - start) / steps)
+    record["step_s"] = step_s
+    record["peak_allocated_bytes"] = (
+        torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    )
+    records = process.gather(record)
+    trainer.release()
+    strategy.end_seed()
+    strategy.close()
+    if rank == 0:
+        Path(out).write_text(json.dumps(records))
+
+
+def measure(spec: RunSpec, data_dir: Path, out_dir: Path) -> list[dict[str, Any]]:
+    """Every rank's record of one setup, its ranks started as the engine starts its own."""
+    raw = out_dir / f".{spec.run}.json"
+    port = free_port()
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, (
+        str(SCRIPTS), os.environ.get("PYTHONPATH"))))}  # fmt: skip
+    args = {"world": spec.processes, "port": port, "spec": spec.to_json(),
+            "data_dir": str(data_dir), "out": str(raw)}  # fmt: skip
+    ranks = [
+        subprocess.Popen([sys.executable, "-m", __name__, json.dumps(args | {"rank": r})], env=env)
+        for r in range(spec.processes)
+    ]
+    codes = [wait_rank(proc) for proc in ranks]
+    if any(codes):
+        raise RuntimeError(f"sharding setup {spec.run}: ranks exited {codes}")
+    records = json.loads(raw.read_text())
+    raw.unlink()
+    return records
+
+
+def closed_form(strategy: str, p: int, n: int) -> int:
+    """The textbook bytes of state per rank (the table above)."""
+    return round({"none": 16 * p, "optimizer": 8 * p + 8 * p / n}.get(strategy, 16 * p / n))
+
+
+def predicted_peak(strategy: str, state: int, p: int, unit: int, activations: int) -> int:
+    """The state as the implementation splits it (`expected_state`) plus what the step holds
+    beside it at its peak (the table above)."""
+    extra = {
+        "none": 4 * p,  # DDP's buckets: the gradients copied for the all-reduce
+        "optimizer": 4 * p,
+        "gradients": 4 * p + 4 * unit,  # the gathered weights; one layer's unsharded gradient
+        "full": 3 * 4 * unit,  # a layer gathered, the next prefetched, one unsharded gradient
+    }[strategy]
+    return state + extra + activations
+
+
+def zero1_largest_share(numels: list[int], n: int) -> int:
+    """Parameters whose Adam state ZeroRedundancyOptimizer gives its most loaded rank: it
+    assigns whole tensors, largest first, each to the rank holding the fewest elements so far
+    (torch's `_partition_parameters`), so a rank holds at least the largest tensor whatever N."""
+    loads = [0] * n
+    for numel in sorted(numels, reverse=True):
+        loads[loads.index(min(loads))] += numel
+    return max(loads)
+
+
+def tensor_shapes(spec: RunSpec, input_shape: list[int], classes: int) -> list[tuple[int, ...]]:
+    """The shapes of the model's parameters (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = build_model(spec.model, input_shape, classes)
+    return [tuple(p.shape) for p in model.parameters()]
+
+
+def expected_state(strategy: str, shapes: list[tuple[int, ...]], n: int) -> int:
+    """Bytes of state on the most loaded rank as the implementations split it: DDP whole;
+    ZeroRedundancyOptimizer by whole tensors (`zero1_largest_share`); FSDP2 each tensor along
+    dim 0, padded to a multiple of N."""
+    numels = [math.prod(s) for s in shapes]
+    p = sum(numels)
+    if strategy == "none":
+        return 16 * p
+    if strategy == "optimizer":
+        return 8 * p + 8 * zero1_largest_share(numels, n)
+    return 16 * sum(math.ceil(s[0] / n) * math.prod(s[1:]) for s in shapes)
+
+
+def layer_bytes(spec: RunSpec, input_shape: list[int], classes: int) -> list[int]:
+    """Bytes (fp32) of each layer FSDP2 gathers: the model built on the meta device."""
+    with torch.device("meta"):
+        model = build_model(spec.model, input_shape, classes)
+    return [4 * sum(p.numel() for p in u.parameters()) for u in shard_units(model)]
+
+
+def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | None,
+                      backend: str, device: str, n: int) -> float | None:  # fmt: skip
+    """The collectives of one step, each timed by the sweep's interpolated latency; None when
+    the sweep did not measure this backend, device and N, or these sizes."""
+    if sweep is None:
+        return None
+    mine = sweep[(sweep["backend"] == backend) & (sweep["device"] == device)
+                 & (sweep["processes"] == n) & (sweep["status"] == "ok")]  # fmt: skip
+
+    def at(op: str, size: int) -> float | None:
+        rows = mine[mine["op"] == op].to_dict("records")
+        return latency_at(rows, size)
+
+    total = sum(layers)
+    if strategy in ("none", "optimizer"):
+        full, rest = divmod(total, DDP_BUCKET_BYTES)
+        calls = [("all_reduce", DDP_BUCKET_BYTES)] * full + ([("all_reduce", rest)] if rest else [])
+        if strategy == "optimizer":
+            calls.append(("all_gather", total))
+    else:
+        gathers = 1 if strategy == "gradients" else 2
+        calls = [(op, size) for size in layers
+                 for op in ["all_gather"] * gathers + ["reduce_scatter"]]  # fmt: skip
+    times = [at(op, size) for op, size in calls]
+    if not times or any(t is None for t in times):
+        return None
+    return sum(times) / 1000
+
+
+def _row(spec: RunSpec, strategy: str, records: list[dict], shapes: list[tuple[int, ...]],
+         layers: list[int], sweep: pd.DataFrame | None) -> dict[str, Any]:  # fmt: skip
+    """One setup's row: the largest rank's bytes (memory per GPU is what limits), the closed
+    form and the step time (mean and 95% interval over the timed epochs, rank 0's clock)."""
+    n, device = spec.processes, spec.device
+    worst = max(records, key=lambda r: r["params_bytes"] + r["grads_bytes"] + r["optimizer_bytes"])
+    p = worst["parameters"]
+    state = worst["params_bytes"] + worst["grads_bytes"] + worst["optimizer_bytes"]
+    closed, expected = closed_form(strategy, p, n), expected_state(strategy, shapes, n)
+    predicted = predicted_peak(strategy, expected, p, max(layers) // 4, worst["activations_bytes"])
+    peak = max((r["peak_allocated_bytes"] or 0) for r in records) or None
+    step = stats.mean_interval([1000 * s for s in records[0]["step_s"]])
+    return {
+        "device": device, "processes": n, "strategy": strategy, "stage": STAGES[strategy],
+        "status": "ok", "reason": None, "parameters": p,
+        **{k: worst[k] for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
+                                 "activations_bytes")},
+        "state_bytes": state, "state_closed_form_bytes": closed,
+        "state_over_closed_form": state / closed, "state_expected_bytes": expected,
+        "state_over_expected": state / expected, "peak_allocated_bytes": peak,
+        "other_bytes": peak - state if peak else None,
+        "peak_predicted_bytes": predicted if peak else None,
+        "peak_over_predicted": peak / predicted if peak else None,
+        "state_bytes_per_parameter": state / p,
+        "peak_bytes_per_parameter": peak / p if peak else None,
+        "step_ms": step.mean, "step_ms_ci95": step.half_width,
+        "comm_predicted_ms": predicted_comm_ms(strategy, layers, sweep, BACKENDS[device],
+                                               device, n),
+        "step_ms_samples": [1000 * s for s in records[0]["step_s"]],
+    }  # fmt: skip
+
+
+def unavailable(device: str, n: int) -> str | None:
+    if device == "cuda" and torch.cuda.device_count() < n:
+        return f"needs {n} CUDA GPUs, this host has {torch.cuda.device_count()}"
+    if device == "cuda" and not torch.distributed.is_nccl_available():
+        return "this torch has no NCCL"
+    return None
+
+
+def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict[str, Any]:
+    sweep_file = cfg.get("collectives_csv")
+    sweep = pd.read_csv(sweep_file) if sweep_file and Path(sweep_file).exists() else None
+    manifest = json.loads((Path(data_dir) / f"{cfg['dataset']}.json").read_text())
+    rows: list[dict[str, Any]] = []
+    for device in cfg["devices"]:
+        for n in cfg["processes"]:
+            for strategy in cfg["strategies"]:
+                spec = run_spec(cfg, device, strategy, n)
+                base = {"device": device, "processes": n, "strategy": strategy,
+                        "stage": STAGES[strategy]}  # fmt: skip
+                if (reason := unavailable(device, n)) is not None:
+                    rows.append(base | {"status": "skipped", "reason": reason})
+                    continue
+                log.info("D4: %s (%s) on %d %s rank(s)", strategy, STAGES[strategy], n, device)
+                shape = manifest["input_shape"], manifest["num_classes"]
+                shapes, layers = tensor_shapes(spec, *shape), layer_bytes(spec, *shape)
+                records = measure(spec, data_dir, out_dir)
+                rows.append(_row(spec, strategy, records, shapes, layers, sweep))
+    # (Each timed epoch's step time stays in summary.json.)
+    table = [{k: v for k, v in r.items() if k != "step_ms_samples"} for r in rows]
+    write_csv(out_dir / "sharding.csv", table, COLUMNS)
+    save_figure(_figure(rows), out_dir / "memory.png")
+    return {"rows": rows, "notes": observations(rows, sweep is not None)}
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
+
+
+def _memory(r: dict[str, Any]) -> str:
+    text = (
+        f"{r['stage']} {_gib(r['state_bytes'])} of state on the largest rank "
+        f"({r['state_bytes_per_parameter']:.2f} bytes per parameter; closed form "
+        f"{r['state_closed_form_bytes'] / r['parameters']:.2f}, as the implementation splits "
+        f"the tensors {r['state_expected_bytes'] / r['parameters']:.2f})"
+    )
+    if r["peak_allocated_bytes"]:
+        text += (
+            f", peak {_gib(r['peak_allocated_bytes'])} ({r['peak_over_predicted']:.2f}× the "
+            "predicted peak)"
+        )
+    return text
+
+
+def _step(r: dict[str, Any], base: dict[str, Any]) -> str:
+    ratio = stats.ratio(r["step_ms_samples"], base["step_ms_samples"])
+    if ratio.has_interval:
+        verdict = "within the epoch-to-epoch noise" if ratio.within_noise else (
+            "slower" if ratio.value > 1 else "faster")  # fmt: skip
+        interval = f"95% interval {ratio.low:.2f}–{ratio.high:.2f}, {verdict}"
+    else:
+        interval = "one timed epoch each: no interval"
+    text = (
+        f"{r['processes']} {r['device']} ranks: a {r['stage']} step takes {r['step_ms']:.3g} "
+        f"ms, {ratio.value:.2f}× DDP's {base['step_ms']:.3g} ms ({interval})"
+    )
+    if r["comm_predicted_ms"] and base["comm_predicted_ms"]:
+        text += (
+            f"; the sweep predicts {r['comm_predicted_ms']:.3g} ms of collectives per step "
+            f"against DDP's {base['comm_predicted_ms']:.3g} ms"
+        )
+    return text + "."
+
+
+def observations(rows: list[dict[str, Any]], swept: bool) -> list[str]:
+    notes = []
+    ok = [r for r in rows if r["status"] == "ok"]
+    for device, n in dict.fromkeys((r["device"], r["processes"]) for r in ok):
+        mine = {r["strategy"]: r for r in ok if (r["device"], r["processes"]) == (device, n)}
+        first = next(iter(mine.values()))
+        notes.append(
+            f"{n} {device} ranks, {first['parameters'] / 1e6:.1f} M parameters: "
+            + "; ".join(_memory(r) for r in mine.values())
+            + "."
+        )
+        if "none" in mine:
+            notes += [_step(r, mine["none"]) for s, r in mine.items() if s != "none"]
+    for device in dict.fromkeys(r["device"] for r in ok):
+        full = {r["processes"]: r for r in ok if r["device"] == device and r["strategy"] == "full"}
+        if len(full) >= 2:
+            (a, ra), (b, rb) = sorted(full.items())[:2]
+            notes.append(
+                f"ZeRO-3 on {device}: {a} → {b} ranks divides the state per rank by "
+                f"{ra['state_bytes'] / rb['state_bytes']:.2f} (1/N predicts {b / a:.2f})."
+            )
+    if not swept:
+        notes.append(
+            "No collectives sweep in this results folder for these setups: no communication "
+            "time is predicted."
+        )
+    return notes
+
+
+def _figure(rows: list[dict[str, Any]]):
+    ok = [r for r in rows if r["status"] == "ok"]
+    device = "cuda" if any(r["device"] == "cuda" for r in ok) else "cpu"
+    mine = [r for r in ok if r["device"] == device]
+    fig = new_figure(max(6, 1.1 * len(mine) + 2), 3.8)
+    ax = fig.subplots()
+    labels = [f"{r['stage']}\nN={r['processes']}" for r in mine]
+    bottom = [0.0] * len(mine)
+    parts = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
+             ("optimizer_bytes", "Adam state")]  # fmt: skip
+    if device == "cuda":
+        parts.append(("other_bytes", "rest of the peak (buffers, activations)"))
+    for i, (key, name) in enumerate(parts):
+        values = [(r[key] or 0) / 2**30 for r in mine]
+        ax.bar(labels, values, bottom=bottom, color=f"C{i}", label=name)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    xs = range(len(mine))
+    ax.scatter(xs, [r["state_closed_form_bytes"] / 2**30 for r in mine], marker="_", s=400,
+               color="black", zorder=3, label="state, closed form")  # fmt: skip
+    if device == "cuda":
+        ax.scatter(xs, [r["peak_predicted_bytes"] / 2**30 for r in mine], marker="_", s=400,
+                   color="red", zorder=3, label="peak, predicted")  # fmt: skip
+    ax.set(ylabel="GiB per rank (the largest rank)",
+           title=f"Memory per rank by strategy ({device})")  # fmt: skip
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+if __name__ == "__main__":
+    _rank(**json.loads(sys.argv[1]))
