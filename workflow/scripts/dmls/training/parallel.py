@@ -379,8 +379,7 @@ class ShardedOptimizer(DistributedDataParallel):
 
     def capture_blockers(self) -> list[str]:
         return [
-            "ZeroRedundancyOptimizer broadcasts the updated parameters from Python after each "
-            "step",
+            "ZeroRedundancyOptimizer broadcasts the updated parameters from Python after each step",
             *super().capture_blockers(),
         ]
 
