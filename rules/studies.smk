@@ -167,7 +167,7 @@ def sharding_params():
     strategy's communication per step is predicted from it."""
     cfg = dict(config["special_studies"]["sharding"])
     if config["special_studies"]["collectives"]["enabled"]:
-        cfg["collectives_csv"] = rules.collectives.output.table
+        cfg["collectives_csv"] = str(rules.collectives.output.table)  # a plain path: params are pickled
     return cfg
 
 

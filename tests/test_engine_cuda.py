@@ -187,3 +187,18 @@ def test_each_seed_of_a_job_captures_its_own_graph_and_learns(tmp_path, images_d
     assert second["final"]["test_accuracy"] == pytest.approx(
         first["final"]["test_accuracy"], abs=0.1
     )
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("sharding", ["optimizer", "full"])
+def test_sharded_runs_on_nccl_learn_what_ddp_learns_and_say_why_they_step_eagerly(
+    tmp_path, images_dir, sharding
+):
+    ddp = train_ddp(tmp_path, images_dir, "ddp", step="eager")
+    sharded = train_ddp(tmp_path, images_dir, sharding, sharding=sharding)  # step: graph asked
+    record = sharded["step"]
+    assert record["mode"] == "eager"
+    assert ("ZeroRedundancyOptimizer" if sharding == "optimizer" else "FSDP2") in record[
+        "eager_reason"
+    ]
+    assert_learns_the_same(ddp, sharded)

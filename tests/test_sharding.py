@@ -15,6 +15,7 @@ WIDE = dict(
     dataset="tabular", model={"name": "wide_mlp", "hidden": 32, "layers": 2}, device="cpu",
     backend="gloo", launcher="torchrun", nproc_per_node=2, batch_size=16, epochs=3,
     num_workers=0, optimizer={"name": "adamw", "lr": 1e-3, "weight_decay": 0.01},
+    scheduler={"name": "onecycle", "max_lr": 1e-3},  # cycles Adam's beta1: ZeRO must expose it
 )  # fmt: skip
 
 

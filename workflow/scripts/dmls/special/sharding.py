@@ -23,20 +23,31 @@ so on the CPU only the split is measured (with Gloo and a small model, which CI 
 Bytes per parameter (fp32, AdamW: 4 for the weight, 4 for its gradient, 8 for the two moments),
 P parameters, N ranks, U the largest layer's parameters, A the forward's layer outputs:
 
-| strategy  | state at the step (closed form) | peak, predicted                                |
-|-----------|---------------------------------|------------------------------------------------|
-| none      | 16·P                            | 16·P + 4·P (DDP's gradient buckets) + A        |
-| optimizer | (8 + 8/N)·P                     | (8 + 8/N)·P + 4·P (buckets) + A                |
-| gradients | 16·P/N                          | 16·P/N + 4·P (gathered weights) + 4·U + A      |
-| full      | 16·P/N                          | 16·P/N + 3·4·U (two layers' weights, one grad) + A |
+| strategy  | state at the step | peak, predicted                                        |
+|-----------|-------------------|--------------------------------------------------------|
+| none      | 16·P              | 16·P + 4·P (DDP's gradient buckets) + A                |
+| optimizer | (8 + 8/N)·P       | (8 + 8/N)·P + 4·P (buckets) + A                        |
+| gradients | 16·P/N            | 12·P/N + 4·P (gathered weights) + 2·4·U + A            |
+| full      | 16·P/N            | 16·P/N + 3·4·U (two layers' weights, one grad) + A     |
 
-The issue's closed forms for the peak model state, (4 + 12/N)·P for ZeRO-2 and 16·P/N plus the
-gathered layers for ZeRO-3, are these without what FSDP2 keeps beside the gathered copy (the
-4·P/N shard). Communication per step, predicted from the collectives sweep of the same results
-folder (A5 explained) where it measured the same backend, device and N: DDP all-reduces the
-gradients in 25 MiB buckets; ZeRO-1 also sends every rank the others' updated shards (an
-all-gather's worth of bytes, which torch's implementation broadcasts); FSDP2 all-gathers each
-layer's weights once (gradients) or twice (full) and reduce-scatters its gradients.
+Where the peaks fall: DDP's and ZeRO-1's at the end of the backward, every gradient and its
+bucket copy alive. ZeRO-2's early in the backward: every layer's weights gathered since the
+forward, while this step's sharded gradients don't exist yet (the last step's were freed by
+zero_grad); each layer's backward then frees its gathered weights and adds its gradient's 1/N,
+and two layers' unsharded gradients are alive at a time (one being computed, the previous one
+being reduce-scattered on FSDP2's side stream). That is the issue's (4 + 12/N)·P. ZeRO-3's:
+the whole sharded state, with a layer gathered, the next one prefetched and one unsharded
+gradient. (A first version predicted ZeRO-2's peak with every sharded gradient and one
+unsharded one, 16·P/N + 4·P + 4·U: the GPU measured 0.90× that, which the timeline above
+explains.)
+
+Communication per step is predicted from the collectives sweep of the same results folder
+(A5 explained) where it measured the same backend, device and N: DDP all-reduces the gradients
+in 25 MiB buckets; ZeRO-1 also sends every rank the others' updated shards (an all-gather's
+worth of bytes, which torch's implementation broadcasts); FSDP2 all-gathers each layer's
+weights once (gradients) or twice (full) and reduce-scatters its gradients. A message larger
+than the sweep's largest is timed at the largest one's bandwidth (large messages are
+bandwidth-bound: the sweep's last points show it).
 """
 
 from __future__ import annotations
@@ -74,6 +85,10 @@ COLUMNS = (
     "peak_predicted_bytes", "peak_over_predicted", "state_bytes_per_parameter",
     "peak_bytes_per_parameter", "step_ms", "step_ms_ci95", "comm_predicted_ms",
 )  # fmt: skip
+
+
+class SetupFailed(RuntimeError):
+    """A setup's ranks failed: its row says why, the other setups go on."""
 
 
 def run_spec(cfg: dict[str, Any], device: str, strategy: str, processes: int) -> RunSpec:
@@ -122,7 +137,16 @@ def _layer_outputs(model: torch.nn.Module) -> tuple[list[int], list[Any]]:
 
 
 def _rank(rank: int, world: int, port: int, spec: str, data_dir: str, out: str) -> None:
-    """One rank of a setup (a process of its own: `python -m dmls.special.sharding`)."""
+    """One rank of a setup (a process of its own: `python -m dmls.special.sharding`); its
+    error, if it fails, in `<out>.rank<k>.error` for the setup's row."""
+    try:
+        _train_rank(rank, world, port, spec, data_dir, out)
+    except BaseException as e:
+        Path(f"{out}.rank{rank}.error").write_text(f"{type(e).__name__}: {e}".splitlines()[0])
+        raise
+
+
+def _train_rank(rank: int, world: int, port: int, spec: str, data_dir: str, out: str) -> None:
     from dmls.training.parallel import strategy_for
     from dmls.training.trainer import Trainer
 
@@ -194,7 +218,11 @@ def measure(spec: RunSpec, data_dir: Path, out_dir: Path) -> list[dict[str, Any]
     ]
     codes = [wait_rank(proc) for proc in ranks]
     if any(codes):
-        raise RuntimeError(f"sharding setup {spec.run}: ranks exited {codes}")
+        errors = sorted(out_dir.glob(f"{raw.name}.rank*.error"))
+        first = errors[0].read_text() if errors else "no error recorded (killed?)"
+        for e in errors:
+            e.unlink()
+        raise SetupFailed(f"ranks exited {codes}; {first} (the traceback is in the log)")
     records = json.loads(raw.read_text())
     raw.unlink()
     return records
@@ -211,7 +239,9 @@ def predicted_peak(strategy: str, state: int, p: int, unit: int, activations: in
     extra = {
         "none": 4 * p,  # DDP's buckets: the gradients copied for the all-reduce
         "optimizer": 4 * p,
-        "gradients": 4 * p + 4 * unit,  # the gathered weights; one layer's unsharded gradient
+        # The gathered weights and two unsharded gradients, before this step's sharded ones
+        # exist (a quarter of the state: `state` counts them).
+        "gradients": 4 * p + 2 * 4 * unit - state // 4,
         "full": 3 * 4 * unit,  # a layer gathered, the next prefetched, one unsharded gradient
     }[strategy]
     return state + extra + activations
@@ -265,6 +295,11 @@ def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | No
 
     def at(op: str, size: int) -> float | None:
         rows = mine[mine["op"] == op].to_dict("records")
+        if not rows:
+            return None
+        largest = max(rows, key=lambda r: r["size_bytes"])
+        if size > largest["size_bytes"]:  # bandwidth-bound: the largest size's bandwidth
+            return largest["latency_us"] * size / largest["size_bytes"]
         return latency_at(rows, size)
 
     total = sum(layers)
@@ -340,7 +375,12 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
                 log.info("D4: %s (%s) on %d %s rank(s)", strategy, STAGES[strategy], n, device)
                 shape = manifest["input_shape"], manifest["num_classes"]
                 shapes, layers = tensor_shapes(spec, *shape), layer_bytes(spec, *shape)
-                records = measure(spec, data_dir, out_dir)
+                try:
+                    records = measure(spec, data_dir, out_dir)
+                except SetupFailed as e:
+                    log.error("D4: %s on %d %s rank(s) failed: %s", strategy, n, device, e)
+                    rows.append(base | {"status": "failed", "reason": str(e)})
+                    continue
                 rows.append(_row(spec, strategy, records, shapes, layers, sweep))
     # (Each timed epoch's step time stays in summary.json.)
     table = [{k: v for k, v in r.items() if k != "step_ms_samples"} for r in rows]

@@ -19,15 +19,18 @@ def optimizer_recipe(
     o = spec.optimizer
     # RMSprop has no fused kernel; foreach still batches its per-parameter updates.
     kernel = {"fused": True} if fused else {}
+    # The momentum settings spelled out (their defaults), so that they are in the optimizer's
+    # `defaults` when it is built by ZeroRedundancyOptimizer too: OneCycleLR cycles them.
     common = {"lr": o.lr, "weight_decay": o.weight_decay}
     if o.name == "sgd":
         return torch.optim.SGD, common | {"momentum": o.momentum} | kernel
     if o.name == "adam":
-        return torch.optim.Adam, common | kernel
+        return torch.optim.Adam, common | {"betas": (0.9, 0.999)} | kernel
     if o.name == "adamw":
-        return torch.optim.AdamW, common | kernel
+        return torch.optim.AdamW, common | {"betas": (0.9, 0.999)} | kernel
     if o.name == "rmsprop":
-        return torch.optim.RMSprop, common | ({"foreach": True} if fused else {})
+        foreach = {"foreach": True} if fused else {}
+        return torch.optim.RMSprop, common | {"momentum": 0.0} | foreach
     raise ValueError(f"unknown optimizer {o.name!r}")
 
 

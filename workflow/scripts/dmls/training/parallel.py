@@ -97,6 +97,9 @@ class SingleDevice:
     graph_warmup_steps: ClassVar[int] = 3
     # Fixed shapes: let cuDNN time its convolution algorithms once (the fast step only).
     cudnn_autotune: ClassVar[bool] = True
+    # Whether the fast step may keep conv weights channels_last (FSDP2 shards only contiguous
+    # parameters).
+    channels_last: ClassVar[bool] = True
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -392,13 +395,19 @@ class FullyShardedDataParallel(DistributedDataParallel):
     parameters from the forward to the backward (reshard_after_forward=False); `full` (ZeRO-3)
     frees them after each layer's forward and gathers them again for its backward."""
 
+    channels_last = False
+
     def shard(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        # The mesh of this run's device (FSDP2's default takes CUDA whenever the host has it).
+        process = self.process
+        mesh = init_device_mesh(process.device.type, (process.world_size,))
         reshard = self.spec.sharding == "full"
         for unit in shard_units(model):
-            fully_shard(unit, reshard_after_forward=reshard)
-        fully_shard(model, reshard_after_forward=reshard)
+            fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         return model
 
     def _wrap(self, model: nn.Module) -> nn.Module:

@@ -83,7 +83,7 @@ class Trainer:
         # The fast step on a GPU (`step: graph|compile`); `step: eager` is the course's code.
         fast = device.type == "cuda" and spec.step != "eager"
         # channels_last: cuDNN's convolutions run NHWC natively; NCHW costs a transpose each.
-        images = spec.model.name != "mlp"
+        images = spec.model.name in ("cnn", "lenet5") and strategy.channels_last
         self.memory_format = torch.channels_last if fast and images else torch.contiguous_format
         torch.backends.cudnn.benchmark = fast and strategy.cudnn_autotune
         # BatchNorm1d needs more than one value per channel in training: B's MLP can't train on
