@@ -114,6 +114,17 @@ def special_study_outputs():
     ]
 
 
+def collectives_table(wildcards):
+    """The collectives sweep's table for a study whose runs vary the backend (A5: its
+    communication per step is predicted from the sweep), where the sweep runs; else nothing."""
+    study = config["studies"][wildcards.study]
+    runs = [study.get("base") or {}, *(study.get("runs") or {}).values()]
+    varies = any("backend" in (r or {}) for r in runs)
+    if varies and config["special_studies"]["collectives"]["enabled"]:
+        return f"{STUDIES_DIR}/collectives/collectives.csv"
+    return []
+
+
 def on_cluster():
     """Whether jobs go to a cluster executor (Slurm): submitted from here, or running in one."""
     return workflow.non_local_exec or workflow.remote_exec

@@ -8,6 +8,7 @@ rule report_study:
     input:
         metrics=study_metrics,
         compared=compared_metrics,
+        collectives=collectives_table,
     output:
         section=f"{RESULTS}/report/{{study}}/section.json",
         table=report(

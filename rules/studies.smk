@@ -152,11 +152,13 @@ rule collectives:
         f"{RESULTS}/logs/studies/collectives.log",
     conda:
         "../envs/pipeline.yaml"
-    threads: lambda wildcards: local_threads(config["special_studies"]["collectives"]["processes"])
+    threads: lambda wildcards: local_threads(
+        max(config["special_studies"]["collectives"]["processes"])
+    )
     params:
         study="collectives",
         timed=True,  # reserves its cores and its GPUs, where there are any
-        gpus=config["special_studies"]["collectives"]["processes"],
+        gpus=max(config["special_studies"]["collectives"]["processes"]),
         cfg=config["special_studies"]["collectives"],
     script:
         "../workflow/scripts/run_special_study.py"

@@ -7,7 +7,7 @@ import pytest
 from dmls.special import collectives, runner
 
 CFG = {
-    "title": "A5x", "processes": 2, "setups": ["gloo-cpu", "nccl-cuda"], "min_bytes": 4,
+    "title": "A5x", "processes": [2], "setups": ["gloo-cpu", "nccl-cuda"], "min_bytes": 4,
     "max_bytes": 4 * 16**4, "size_factor": 16, "warmup": 1, "iterations": 3,
 }  # fmt: skip
 
@@ -55,8 +55,25 @@ def test_the_notes_give_the_cost_of_all_reducing_the_course_gradient(summary):
     assert "course CNN" not in note
 
 
-def test_latency_is_interpolated_log_log_between_measured_sizes():
+def test_latency_is_interpolated_log_log_and_past_the_sweep_at_its_bandwidth():
+    from dmls import comm
+
     rows = [{"status": "ok", "size_bytes": 1000, "latency_us": 10.0},
             {"status": "ok", "size_bytes": 100000, "latency_us": 1000.0}]  # fmt: skip
-    assert collectives.latency_at(rows, 10000) == pytest.approx(100.0)
-    assert collectives.latency_at(rows, 10**6) is None  # outside the sweep: no extrapolation
+    assert comm.latency_at(rows, 10000) == pytest.approx(100.0)
+    assert comm.latency_at(rows, 10**6) == pytest.approx(10000.0)  # the largest's bandwidth
+    assert comm.latency_at(rows, 10**6, extrapolate=False) is None
+    assert comm.latency_at(rows, 10) is None  # below the sweep: the fixed cost is unknown
+    reduce = [r | {"op": "all_reduce"} for r in rows]
+    calls = [("all_reduce", 1000), ("all_reduce", 10000)]
+    assert comm.calls_ms(reduce, calls) == pytest.approx(0.11)
+    assert comm.calls_ms(reduce, [("all_gather", 1000)]) is None  # not swept
+
+
+def test_ddp_all_reduces_a_gradient_in_a_1_mib_bucket_then_25_mib_ones():
+    from dmls import comm
+
+    mib = 2**20
+    assert comm.ddp_buckets(int(2.37 * mib)) == [mib, int(2.37 * mib) - mib]
+    assert comm.ddp_buckets(60 * mib) == [mib, 25 * mib, 25 * mib, 9 * mib]
+    assert comm.ddp_buckets(1000) == [1000]

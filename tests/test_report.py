@@ -727,3 +727,39 @@ def test_a_damaged_metrics_file_is_named_with_how_to_rebuild_it(tmp_path):
     cut.write_text("{}")
     with pytest.raises(MetricsError, match="lacks study, run, status, derived, spec; rebuild"):
         collect([cut])
+
+
+def test_a5_predicts_each_backends_all_reduce_from_the_collectives_sweep():
+    """The course CNN's 620,586 parameters: a 2.37 MiB gradient, all-reduced by DDP in a 1 MiB
+    bucket and a 1.37 MiB one; 50,000 images at 32 per rank on 2 ranks: 782 steps per epoch.
+    The sweep's latencies grow as size^0.5 (NCCL: 50 µs at 1 MiB, 100 at 4 MiB) and size^1
+    (Gloo: 500 and 2000 µs): 0.1085 and 1.1837 ms per step, 0.0848 and 0.926 s per epoch."""
+
+    def run(name: str, backend: str, epoch_s: float) -> dict:
+        metrics = fake_metrics(name, study="backend", launcher="torchrun", nproc_per_node=2,
+                               backend=backend, epochs=3, history=epochs([2 * epoch_s, epoch_s,
+                               epoch_s]), spread=(0.9, 1.0, 1.1))  # fmt: skip
+        metrics |= {"parameters": 620586}
+        metrics["data"]["n_train"] = 50000
+        for rank in metrics["ranks"]:
+            rank["device"] = f"cuda:{rank['rank']}"
+        return metrics
+
+    study = Study.from_metrics(
+        "backend", {}, [run("nccl_b32", "nccl", 0.44), run("gloo_b32", "gloo", 4.1)]
+    )
+    sweep = pd.DataFrame(
+        [{"backend": b, "device": "cuda", "op": "all_reduce", "processes": 2, "status": "ok",
+          "size_bytes": size, "latency_us": us}
+         for b, points in (("nccl", ((MIB, 50.0), (4 * MIB, 100.0))),
+                           ("gloo", ((MIB, 500.0), (4 * MIB, 2000.0))))
+         for size, us in points]
+    )  # fmt: skip
+    nccl, gloo, pair = observations.communication(study, sweep)
+    assert "2.37 MiB gradient (nccl, cuda tensors, 2 processes" in nccl
+    assert "at 0.108 ms; its 782 steps per epoch make 0.08 s" in nccl
+    assert "at 1.18 ms; its 782 steps per epoch make 0.93 s" in gloo
+    # Measured: 4.1 vs 0.44 s (seeds ×0.9, 1, 1.1); predicted 0.841 s of the 3.66 s gap.
+    assert pair.startswith("gloo_b32 vs nccl_b32: their steady epochs differ by 3.66 s")
+    assert "the all-reduce accounts for 23% of the gap" in pair
+    assert observations.communication(study, None) == []

@@ -253,6 +253,10 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     assert "backend &#39;nccl&#39; runs on CUDA devices only" in page
     skipped = re.search(r'<tr class="not-ok"><td>nccl_b32</td>.*?</tr>', page, re.S).group(0)
     assert 'class="num"' not in skipped
+    # A5: each gloo run's all-reduce per epoch predicted from the collectives sweep.
+    assert re.search(r"gloo_b32: the collectives sweep puts one all-reduce of its [\d.]+ MiB "
+                     r"gradient \(gloo, cpu tensors, 2 processes", page)  # fmt: skip
+    assert "sharding" in page and "ZeRO-3" in page
     assert "SYNTHETIC" in page and "Course reference (other students" in page
 
 
@@ -303,6 +307,7 @@ def assert_special_studies(studies: Path) -> None:
     assert control["torch.compile"]["graph_breaks"] == 1
     gloo = [r for r in summaries["collectives"]["rows"] if r["backend"] == "gloo"]
     assert gloo and all(r["busbw_gb_s"] > 0 for r in gloo if r["device"] == "cpu")
+    assert {r["processes"] for r in gloo if r["device"] == "cpu"} == {2, 4}
     sharding = {r["strategy"]: r for r in summaries["sharding"]["rows"] if r["device"] == "cpu"}
     assert set(sharding) == {"none", "optimizer", "gradients", "full"}
     # Each rank's state as the implementation splits the tensors, and FSDP's 1/N of DDP's.

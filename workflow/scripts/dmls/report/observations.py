@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from dmls import stats
+from dmls.comm import calls_ms, ddp_buckets
 from dmls.report.cells import MIB, seconds
 from dmls.report.study import OK, Study
 
@@ -303,8 +305,88 @@ def generalization(study: Study) -> dict[str, Any] | None:
     }
 
 
-def all_observations(study: Study, other: Study | None = None) -> list[str]:
+def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
+    """A5 explained: each finished DDP run's gradient all-reduce per epoch predicted from the
+    collectives sweep (DDP's buckets, one all-reduce each per optimizer step, none of it hidden
+    behind the backward), and, for runs that differ only in the backend, that prediction of the
+    gap against the measured one."""
+    if collectives is None or "backend" not in study.varying:
+        return []
+    swept = collectives[collectives["status"] == "ok"].to_dict("records")
+    predicted: dict[str, float] = {}
+    lines = []
+    for run, row in study.ok.iterrows():
+        metrics = study.metrics[run]
+        spec, params = metrics["spec"], metrics.get("parameters")
+        world = spec["nodes"] * spec["nproc_per_node"]
+        if world < 2 or spec["launcher"] == "dp":
+            continue
+        if not params:
+            lines.append(
+                f"{run}: its metrics.json records no parameter count (written by an older "
+                "version): no communication predicted; rerun it to get one."
+            )
+            continue
+        device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
+        backend = spec["backend"]
+        mine = [r for r in swept if (r["backend"], r["device"], r["processes"])
+                == (backend, device, world)]  # fmt: skip
+        per_step = calls_ms(mine, [("all_reduce", b) for b in ddp_buckets(4 * params)])
+        if per_step is None:
+            lines.append(
+                f"{run}: the collectives sweep did not time {backend} all-reduces on {device} "
+                f"tensors between {world} processes: no prediction."
+            )
+            continue
+        micro = math.ceil(metrics["data"]["n_train"] / (spec["batch_size"] * world))
+        steps = math.ceil(micro / spec["grad_accum_steps"])
+        predicted[run] = steps * per_step / 1000
+        lines.append(
+            f"{run}: the collectives sweep puts one all-reduce of its {4 * params / MIB:.3g} MiB "
+            f"gradient ({backend}, {device} tensors, {world} processes, in DDP's buckets) at "
+            f"{per_step:.3g} ms; its {steps} steps per epoch make {_s(predicted[run])} of its "
+            f"steady {_s(row['steady_epoch_s'])} epoch, if none of it overlapped the backward."
+        )
+    for a, b in _backend_pairs(study, list(predicted)):
+        measured = stats.difference(_steady_values(study, a), _steady_values(study, b))
+        gap = predicted[a] - predicted[b]
+        share = f"; the all-reduce accounts for {gap / measured.value:.0%} of the gap" if (
+            measured.value > 0 and gap > 0) else ""  # fmt: skip
+        interval = measured.has_interval and f"{_s(measured.low)} to {_s(measured.high)}"
+        lines.append(
+            f"{a} vs {b}: their steady epochs differ by "
+            f"{_with_interval(_s(measured.value), measured, interval)}, and the sweep predicts "
+            f"{_s(gap)} from the all-reduce alone{share}."
+        )
+    return lines
+
+
+def _backend_pairs(study: Study, runs: list[str]) -> list[tuple[str, str]]:
+    """(slower backend's run, other run) for runs whose specs differ in the backend only."""
+
+    def key(run: str) -> str:
+        spec = {k: v for k, v in study.metrics[run]["spec"].items() if k not in ("run", "backend")}
+        return repr(sorted(spec.items()))
+
+    pairs = []
+    for i, a in enumerate(runs):
+        for b in runs[i + 1 :]:
+            if key(a) == key(b):
+                steady = study.runs.loc[[a, b], "steady_epoch_s"]
+                pairs.append((a, b) if steady[a] >= steady[b] else (b, a))
+    return pairs
+
+
+def _steady_values(study: Study, run: str) -> list[float]:
+    """Each seed's steady epoch (seconds)."""
+    return [s["timing"]["steady_epoch_s"] for s in study.metrics[run]["seeds"]]
+
+
+def all_observations(
+    study: Study, other: Study | None = None, collectives: pd.DataFrame | None = None
+) -> list[str]:
     lines = seed_note(study) + versus_baseline(study) + scaling(study) + sweep(study)
+    lines += communication(study, collectives)
     lines += warm_process(study) + precision_check(study) + step_check(study)
     if other is not None:
         lines += compared_with(study, other)

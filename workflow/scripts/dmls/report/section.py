@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any
 
+import pandas as pd
+
 from dmls.files import atomic_write, write_json
 from dmls.report import figures, observations
 from dmls.report.aggregate import read_metrics
@@ -12,9 +14,15 @@ from dmls.report.study import Study
 
 
 def build(
-    study: Study, other: Study | None, out_dir: Path, curves_dir: Path, figures_dir: Path
+    study: Study,
+    other: Study | None,
+    out_dir: Path,
+    curves_dir: Path,
+    figures_dir: Path,
+    collectives: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """Write `section.json`, `results.csv`, the study's figures and one curve figure per run."""
+    """Write `section.json`, `results.csv`, the study's figures and one curve figure per run.
+    `collectives` is the collectives sweep's table, where it ran (A5's communication)."""
     curves = [
         {
             "run": run,
@@ -32,7 +40,7 @@ def build(
         "status": observations.status_summary(study),
         "settings": study.settings_table(),
         "results": study.results_table(),
-        "observations": observations.all_observations(study, other),
+        "observations": observations.all_observations(study, other, collectives),
         "generalization": observations.generalization(study),
         "figures": [{"name": name, "file": _relative(path, out_dir)} for name, path in drawn],
         "curves": curves,
@@ -63,12 +71,14 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
             snakemake.params.compare_settings,
             [read_metrics(p) for p in snakemake.input.compared],
         )
+    sweep = getattr(snakemake.input, "collectives", None)
     built = build(
         study,
         other,
         out_dir=Path(snakemake.output.section).parent,
         curves_dir=Path(snakemake.output.curves),
         figures_dir=Path(snakemake.output.figures),
+        collectives=pd.read_csv(sweep) if sweep else None,
     )
     print(f"{study.key}: {len(built['figures'])} figures, {len(built['curves'])} runs", file=log)
     print("\n".join(built["status"] + built["observations"]), file=log)

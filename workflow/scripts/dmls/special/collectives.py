@@ -1,8 +1,9 @@
 """A5 explained: all-reduce, all-gather and reduce-scatter against message size.
 
-`processes` processes on this host join one process group per (backend, tensor device) of
-`setups`: NCCL on CUDA tensors, Gloo on CPU tensors, and Gloo on CUDA tensors (what A5's
-`gloo_*` runs do: Gloo copies them through host memory). For each collective and message size
+For each number of processes in `processes`, that many processes on this host join one
+process group per (backend, tensor device) of `setups`: NCCL on CUDA tensors, Gloo on CPU
+tensors, and Gloo on CUDA tensors (what A5's `gloo_*` runs do: Gloo copies them through host
+memory). For each collective and message size
 (powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup` untimed calls, every
 one of `iterations` calls is timed between barriers on rank 0; the latency is their median.
 Bandwidths follow nccl-tests' definitions (`size` is the whole message: the all-reduced
@@ -15,6 +16,7 @@ default bucket (25 MiB).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -25,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
+from dmls.comm import DDP_BUCKET_BYTES, latency_at
 from dmls.config.spec import ModelSpec
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.supervisor.launch import free_port
@@ -40,7 +42,6 @@ SCRIPTS = Path(__file__).resolve().parents[2]  # where `dmls` is imported from
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n}  # fmt: skip
-DDP_BUCKET_BYTES = 25 * 2**20
 COLUMNS = (
     "backend", "device", "op", "processes", "size_bytes", "status", "reason", "latency_us",
     "algbw_gb_s", "busbw_gb_s",
@@ -126,12 +127,11 @@ def _worker(rank: int, world: int, port: int, backend: str, device_type: str, cf
         Path(out).write_text(json.dumps(results))
 
 
-def sweep(backend: str, device: str, cfg: dict, out_dir: Path) -> list[dict[str, Any]]:
-    """One setup's rows: every collective and size, timed by `processes` ranks, each a Python
+def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path) -> list[dict[str, Any]]:
+    """One setup's rows: every collective and size, timed by `world` ranks, each a Python
     process started as the engine starts its ranks (multiprocessing's spawn would re-run the
     Snakemake script that called this in every child)."""
-    world = cfg["processes"]
-    raw = out_dir / f".{backend}-{device}.json"
+    raw = out_dir / f".{backend}-{device}-{world}.json"
     port = free_port()
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, (
         str(SCRIPTS), os.environ.get("PYTHONPATH"))))}  # fmt: skip
@@ -182,25 +182,17 @@ def unavailable(backend: str, device: str, world: int) -> str | None:
     return None
 
 
-def latency_at(rows: list[dict[str, Any]], size: int) -> float | None:
-    """The latency (µs) at `size` bytes, interpolated log-log between the measured sizes."""
-    points = sorted((r["size_bytes"], r["latency_us"]) for r in rows if r["status"] == "ok")
-    if not points or not points[0][0] <= size <= points[-1][0]:
-        return None
-    xs, ys = np.log([p[0] for p in points]), np.log([p[1] for p in points])
-    return float(np.exp(np.interp(np.log(size), xs, ys)))
-
-
 def observations(rows: list[dict[str, Any]], gradient_bytes: int) -> list[str]:
     notes = []
-    for setup in dict.fromkeys((r["backend"], r["device"]) for r in rows if r["status"] == "ok"):
-        mine = [r for r in rows if (r["backend"], r["device"]) == setup and r["status"] == "ok"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    for setup in dict.fromkeys((r["backend"], r["device"], r["processes"]) for r in ok):
+        mine = [r for r in ok if (r["backend"], r["device"], r["processes"]) == setup]
         reduce = [r for r in mine if r["op"] == "all_reduce"]
-        at = latency_at(reduce, gradient_bytes)
+        at = latency_at(reduce, gradient_bytes, extrapolate=False)
         peak = max(reduce, key=lambda r: r["busbw_gb_s"])
         smallest = min(reduce, key=lambda r: r["size_bytes"])
         text = (
-            f"{setup[0]} on {setup[1]} tensors, {mine[0]['processes']} processes: all-reduce "
+            f"{setup[0]} on {setup[1]} tensors, {setup[2]} processes: all-reduce "
             f"latency {smallest['latency_us']:.0f} µs at {_size(smallest['size_bytes'])} (the "
             f"fixed cost of a call), bus bandwidth up to {peak['busbw_gb_s']:.3g} GB/s (at "
             f"{_size(peak['size_bytes'])})"
@@ -225,15 +217,20 @@ def _size(n: float) -> str:
 def _figure(rows: list[dict[str, Any]], gradient_bytes: int):
     fig = new_figure(11, 3.6)
     axes = fig.subplots(1, len(OPS), sharey=True)
-    setups = list(dict.fromkeys((r["backend"], r["device"]) for r in rows if r["status"] == "ok"))
+    ok = [r for r in rows if r["status"] == "ok"]
+    setups = list(dict.fromkeys((r["backend"], r["device"]) for r in ok))
+    counts = sorted({r["processes"] for r in ok})
     for ax, op in zip(axes, OPS, strict=True):
-        for i, setup in enumerate(setups):
-            mine = sorted((r for r in rows if (r["backend"], r["device"]) == setup
-                           and r["op"] == op and r["status"] == "ok"),
+        for (i, setup), (j, n) in itertools.product(enumerate(setups), enumerate(counts)):
+            mine = sorted((r for r in ok if (r["backend"], r["device"]) == setup
+                           and r["processes"] == n and r["op"] == op),
                           key=lambda r: r["size_bytes"])  # fmt: skip
-            label = f"{setup[0]}, {setup[1]}"
+            if not mine:
+                continue
+            label = f"{setup[0]}, {setup[1]}, {n} processes"
             ax.plot([r["size_bytes"] for r in mine], [r["busbw_gb_s"] for r in mine],
-                    marker="o", markersize=3, color=f"C{i}", label=label)  # fmt: skip
+                    marker="o", markersize=3, color=f"C{i}", label=label,
+                    linestyle=("-", "--", ":", "-.")[j % 4])  # fmt: skip
         for x, what in ((gradient_bytes, "CNN gradient"), (DDP_BUCKET_BYTES, "DDP bucket")):
             ax.axvline(x, color="grey", linestyle=":", linewidth=1)
             ax.text(x, 0.98, what, rotation=90, ha="right", va="top", fontsize=7,
@@ -247,9 +244,8 @@ def _figure(rows: list[dict[str, Any]], gradient_bytes: int):
 
 
 def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
-    world = cfg["processes"]
     rows: list[dict[str, Any]] = []
-    for setup in cfg["setups"]:
+    for world, setup in itertools.product(cfg["processes"], cfg["setups"]):
         backend, device = setup.split("-")
         reason = unavailable(backend, device, world)
         if reason is not None:
@@ -257,7 +253,7 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
                          "status": "skipped", "reason": reason})  # fmt: skip
             continue
         log.info("sweeping %s on %s tensors, %d processes", backend, device, world)
-        rows += sweep(backend, device, cfg, out_dir)
+        rows += sweep(backend, device, world, cfg, out_dir)
     gradient = course_gradient_bytes()
     write_csv(out_dir / "collectives.csv", rows, COLUMNS)
     save_figure(_figure(rows, gradient), out_dir / "bandwidth.png")

@@ -66,9 +66,10 @@ import pandas as pd
 import torch
 
 from dmls import stats
+from dmls.comm import calls_ms, ddp_buckets
 from dmls.config.spec import RunSpec, special_run_spec
 from dmls.files import new_figure, save_figure, write_csv
-from dmls.special.collectives import DDP_BUCKET_BYTES, latency_at, wait_rank
+from dmls.special.collectives import wait_rank
 from dmls.supervisor.launch import free_port
 from dmls.training.models import build_model, shard_units
 
@@ -293,29 +294,16 @@ def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | No
     mine = sweep[(sweep["backend"] == backend) & (sweep["device"] == device)
                  & (sweep["processes"] == n) & (sweep["status"] == "ok")]  # fmt: skip
 
-    def at(op: str, size: int) -> float | None:
-        rows = mine[mine["op"] == op].to_dict("records")
-        if not rows:
-            return None
-        largest = max(rows, key=lambda r: r["size_bytes"])
-        if size > largest["size_bytes"]:  # bandwidth-bound: the largest size's bandwidth
-            return largest["latency_us"] * size / largest["size_bytes"]
-        return latency_at(rows, size)
-
     total = sum(layers)
     if strategy in ("none", "optimizer"):
-        full, rest = divmod(total, DDP_BUCKET_BYTES)
-        calls = [("all_reduce", DDP_BUCKET_BYTES)] * full + ([("all_reduce", rest)] if rest else [])
+        calls = [("all_reduce", size) for size in ddp_buckets(total)]
         if strategy == "optimizer":
             calls.append(("all_gather", total))
     else:
         gathers = 1 if strategy == "gradients" else 2
         calls = [(op, size) for size in layers
                  for op in ["all_gather"] * gathers + ["reduce_scatter"]]  # fmt: skip
-    times = [at(op, size) for op, size in calls]
-    if not times or any(t is None for t in times):
-        return None
-    return sum(times) / 1000
+    return calls_ms(mine.to_dict("records"), calls)
 
 
 def _row(spec: RunSpec, strategy: str, records: list[dict], shapes: list[tuple[int, ...]],

@@ -71,6 +71,7 @@ def seed_result(
     fp8_linear_layers: int,
     step: dict[str, Any],
     peaks: list[dict[int, tuple[int, int]]],
+    parameters: int | None = None,
 ) -> dict[str, Any]:
     """One seed's result from `Trainer.fit`'s outcome; `peaks` holds every rank's GPU peaks
     during the seed (`gpu_peaks`)."""
@@ -116,6 +117,9 @@ def seed_result(
         "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
         "effective_precision": "/".join(sorted(set(effective_precisions))),
         "fp8_linear_layers": fp8_linear_layers,
+        # The model's parameters (whole, however the strategy shards them): what DDP
+        # all-reduces per step is 4 bytes each (A5's prediction from the collectives sweep).
+        "parameters": parameters,
         "step": step,
         "data": {k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape")}
         | {
@@ -167,6 +171,7 @@ def job_result(
             sorted({p for s in seeds for p in s["effective_precision"].split("/") if p})
         ),
         "fp8_linear_layers": first["fp8_linear_layers"],
+        "parameters": first.get("parameters"),  # (None in a seed kept from an older version)
         "step": first["step"],
         "data": first["data"],
         "world_size": world_size,

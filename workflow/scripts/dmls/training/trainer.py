@@ -391,7 +391,7 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
                     seed_spec.seed, outcome, loaders=trainer.data, setup_s=fit_start - built,
                     fit_s=fit_s, effective_precisions=effective,
                     fp8_linear_layers=trainer.fp8_linear_layers, step=trainer.step_record(),
-                    peaks=all_peaks,
+                    peaks=all_peaks, parameters=sum(p.numel() for p in trainer.model.parameters()),
                 )  # fmt: skip
                 state = {"epoch": len(outcome["history"]), "model": weights}
                 _save_model(model_path, seed_spec, state)
