@@ -114,9 +114,26 @@ def special_study_outputs():
     ]
 
 
+def special_study_threads(name):
+    """A special study's threads: local_threads of its largest number of processes."""
+    return lambda wildcards: local_threads(
+        max(config["special_studies"][name]["processes"])
+    )
+
+
+def sharding_params():
+    """D4's config, with the collectives sweep's table where that study runs too: each
+    strategy's communication per step is predicted from it."""
+    cfg = dict(config["special_studies"]["sharding"])
+    if config["special_studies"]["collectives"]["enabled"]:
+        cfg["collectives_csv"] = f"{STUDIES_DIR}/collectives/collectives.csv"
+    return cfg
+
+
 def collectives_table(wildcards):
     """The collectives sweep's table for a study whose runs vary the backend (A5: its
-    communication per step is predicted from the sweep), where the sweep runs; else nothing."""
+    communication per step is predicted from the sweep), where the sweep runs; else nothing.
+    """
     study = config["studies"][wildcards.study]
     runs = [study.get("base") or {}, *(study.get("runs") or {}).values()]
     varies = any("backend" in (r or {}) for r in runs)

@@ -152,9 +152,7 @@ rule collectives:
         f"{RESULTS}/logs/studies/collectives.log",
     conda:
         "../envs/pipeline.yaml"
-    threads: lambda wildcards: local_threads(
-        max(config["special_studies"]["collectives"]["processes"])
-    )
+    threads: special_study_threads("collectives")
     params:
         study="collectives",
         timed=True,  # reserves its cores and its GPUs, where there are any
@@ -162,15 +160,6 @@ rule collectives:
         cfg=config["special_studies"]["collectives"],
     script:
         "../workflow/scripts/run_special_study.py"
-
-
-def sharding_params():
-    """D4's config, with the collectives sweep's table where that study runs too: each
-    strategy's communication per step is predicted from it."""
-    cfg = dict(config["special_studies"]["sharding"])
-    if config["special_studies"]["collectives"]["enabled"]:
-        cfg["collectives_csv"] = str(rules.collectives.output.table)  # a plain path: params are pickled
-    return cfg
 
 
 rule sharding:
@@ -192,7 +181,7 @@ rule sharding:
         f"{RESULTS}/logs/studies/sharding.log",
     conda:
         "../envs/pipeline.yaml"
-    threads: lambda wildcards: local_threads(max(config["special_studies"]["sharding"]["processes"]))
+    threads: special_study_threads("sharding")
     params:
         study="sharding",
         timed=True,  # reserves its cores and its GPUs, where there are any
