@@ -274,6 +274,25 @@ def test_the_report_renders_in_a_real_browser_offline(dag):
 
 
 @pytest.mark.e2e
+def test_the_all_runs_table_filters_per_column_in_a_real_browser(dag):
+    from screenshot_report import filter_all_runs
+
+    runs = pd.read_csv(dag / "runs.csv")
+    html = dag / "report" / "report.html"
+    # Text: the cells that contain it. A1's skipped runs only.
+    got = filter_all_runs(html, {"study": "parallelism", "status": "skipped"})
+    want = runs[(runs["study"] == "parallelism") & (runs["status"] == "skipped")]
+    assert sorted(r[1] for r in got["visible"]) == sorted(want["run"])
+    assert all(r[2] == "skipped" for r in got["visible"]) and got["visible"]
+    assert got["shown"] == f"{len(want)} of {len(runs)} runs shown"
+    assert got["after_clearing"] == len(runs)
+    # Numbers: a comparison; a blank cell (a run that did not finish) never passes it.
+    got = filter_all_runs(html, {"seeds": "=2", "test acc. (%)": ">=0"})
+    assert len(got["visible"]) == (runs["status"] == "ok").sum()
+    assert all(r[2] == "ok" for r in got["visible"])
+
+
+@pytest.mark.e2e
 def test_snakemakes_own_report_builds(dag):
     target = dag / "snakemake-report.html"
     out = snakemake(

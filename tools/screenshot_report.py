@@ -57,6 +57,40 @@ def screenshot(html: Path, png: Path, chromedriver: str = "/usr/bin/chromedriver
     return facts | {"height": height, "console": console, "screenshot": str(png)}
 
 
+def filter_all_runs(
+    html: Path, filters: dict[str, str], chromedriver: str = "/usr/bin/chromedriver"
+) -> dict:
+    """Type `filters` ({column header: text}) into the all-runs table's filter boxes, as a
+    reader would; return the runs left shown ([study, run, status] each), the line under the
+    table, and what clearing the boxes shows again."""
+    from selenium.webdriver.common.by import By
+
+    driver = open_browser(chromedriver)
+    try:
+        driver.get(Path(html).resolve().as_uri())
+        sortable = driver.find_elements(By.CSS_SELECTOR, "#all-runs-table th.sortable")
+        headers = [th.text.replace("↕", "").strip() for th in sortable]
+        boxes = driver.find_elements(By.CSS_SELECTOR, "#all-runs-table tr.filters input")
+        for header, text in filters.items():
+            boxes[headers.index(header)].send_keys(text)
+        visible = driver.execute_script(
+            """return [...document.querySelectorAll('#all-runs-table tbody tr')]
+                .filter(r => !r.hidden)
+                .map(r => [...r.cells].slice(0, 3).map(c => c.textContent.trim()));"""
+        )
+        shown = driver.find_element(By.ID, "all-runs-shown").text
+        for box in boxes:
+            box.clear()
+            box.send_keys(" ")  # an input event; blank filters pass every row
+        rows = driver.execute_script(
+            "return [...document.querySelectorAll('#all-runs-table tbody tr')]"
+            ".filter(r => !r.hidden).length"
+        )
+    finally:
+        driver.quit()
+    return {"visible": visible, "shown": shown, "after_clearing": rows}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path)
