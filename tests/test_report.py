@@ -652,7 +652,16 @@ def test_both_reports_caption_each_figure_kind_with_the_same_words():
     """report/captions.yaml is the one source: the HTML report escapes the study's names,
     report/figure.rst (rendered as Snakemake renders captions) shows them as literals."""
     texts = captions.load(ROOT / "report" / "captions.yaml")
-    kinds = {"overview", "curves", "speedup", "grid", "sweep", "generalization", "comparison"}
+    kinds = {
+        "overview",
+        "curves",
+        "speedup",
+        "grid",
+        "sweep",
+        "generalization",
+        "comparison",
+        "time_to_accuracy",
+    }
     assert set(texts["figures"]) == kinds | {"no_results"}
     rst = captions.for_snakemake_report(texts, baseline="b<1>", compare_with="c")
     figure_rst = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(
@@ -763,3 +772,37 @@ def test_a5_predicts_each_backends_all_reduce_from_the_collectives_sweep():
     assert pair.startswith("gloo_b32 vs nccl_b32: their steady epochs differ by 3.66 s")
     assert "the all-reduce accounts for 23% of the gap" in pair
     assert observations.communication(study, None) == []
+
+
+def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_baseline(tmp_path):
+    """single_gpu's seeds (×0.9, 1, 1.1 of 15/10/10 s epochs, 1 s of evaluation each; test
+    accuracy 80% × epoch/3 × factor) reach 50% at epoch 3, 2, 2: after 34.5, 27 and 29.5 s."""
+    metrics = [
+        fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([15, 10, 10]),
+                     spread=(0.9, 1.0, 1.1)),
+        fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=1620.0,
+                     epochs=3, history=epochs([15, 10, 10]), spread=(0.45, 0.5, 0.55)),
+    ]  # fmt: skip
+    study = Study.from_metrics("parallelism", {"target_accuracy": 0.5}, metrics)
+    row = study.runs.loc["single_gpu"]
+    assert row["time_to_target_s"] == pytest.approx((34.5 + 27 + 29.5) / 3)
+    assert row["epochs_to_target"] == pytest.approx(7 / 3)
+    assert row["seeds_to_target"] == "3 of 3"
+    half_width = scipy.stats.t.ppf(0.975, 2) * np.std([34.5, 27, 29.5], ddof=1) / np.sqrt(3)
+    assert row["time_to_target_s_ci95"] == pytest.approx(half_width)
+    table = study.results_table()
+    assert table["columns"][-3:] == ["Time to 50% test acc. (s)", "Epochs to 50%",
+                                     "Seeds that reached it"]  # fmt: skip
+    # ddp_2gpu's seeds (×0.45, 0.5, 0.55) never reach 50%: no time, and the report says so.
+    ddp = study.runs.loc["ddp_2gpu"]
+    assert ddp["seeds_to_target"] == "0 of 3" and pd.isna(ddp["time_to_target_s"])
+    lines = observations.time_to_accuracy(study)
+    assert lines[0].startswith("single_gpu reaches 50% test accuracy in 30.3 s")
+    assert lines[1] == "ddp_2gpu: 0 of 3 seeds reached 50% test accuracy within 3 epochs: no " \
+                       "time to it is given."  # fmt: skip
+    names = [name for name, _ in figures.study_figures(study, None, tmp_path)]
+    assert "time_to_accuracy" in names
+    assert "time_to_target_s_ci95" in study.results_frame().columns
+    # Without a target: none of it.
+    plain = Study.from_metrics("parallelism", {}, metrics)
+    assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 16

@@ -92,4 +92,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "gpu_mem_per_gpu": str,
     "peak_host_rss_bytes": mib,
     "peak_gpu_mem_allocated_bytes": mib,
+    "time_to_target_s": seconds,
+    "epochs_to_target": fixed(".1f"),
+    "seeds_to_target": str,
 }

@@ -151,6 +151,23 @@ def overlay(study: Study, path: Path) -> Path:
     return _save(fig, path)
 
 
+def accuracy_over_time(study: Study, path: Path) -> Path:
+    """Test accuracy against the training and evaluation time so far (means over the seeds),
+    the study's target accuracy as a line: how soon each run gets there."""
+    fig, ax = plt.subplots(layout="constrained", figsize=(6.5, 3.6))
+    for run, history in study.histories.items():
+        elapsed = (history["train_time_s"] + history["eval_time_s"]).cumsum()
+        ax.plot(elapsed, 100 * history["test_accuracy"], marker="o", markersize=3,
+                color=_color(study, run), label=run)  # fmt: skip
+    target = 100 * study.target_accuracy
+    ax.axhline(target, color="grey", linestyle=":", label=f"target {target:g}%")
+    ax.set(xlabel="training + evaluation time (s)", ylabel="test accuracy (%)",
+           title="Test accuracy against time")  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _save(fig, path)
+
+
 def speedup(study: Study, path: Path) -> Path:
     """Speed-up in training throughput over each run's scaling reference (the baseline, or the
     fewest-worker run of its data path), against the ideal linear line; the error bars are the
@@ -296,6 +313,8 @@ def study_figures(study: Study, other: Study | None, folder: Path) -> list[tuple
     figures = [("overview", overview(study, folder / "overview.png"))]
     if study.histories:
         figures.append(("curves", overlay(study, folder / "curves.png")))
+    if study.histories and study.target_accuracy is not None:
+        figures.append(("time_to_accuracy", accuracy_over_time(study, folder / "time.png")))
     if study.scales_workers and study.runs.at[study.baseline, "status"] == OK:
         figures.append(("speedup", speedup(study, folder / "speedup.png")))
     if study.is_grid:

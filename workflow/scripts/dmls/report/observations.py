@@ -13,7 +13,7 @@ import pandas as pd
 from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets
 from dmls.report.cells import MIB, seconds
-from dmls.report.study import OK, Study
+from dmls.report.study import OK, Study, time_to_target
 
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
 # that epoch-to-epoch noise of a few parts per thousand is not called overfitting.
@@ -361,6 +361,41 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
     return lines
 
 
+def time_to_accuracy(study: Study) -> list[str]:
+    """With a target accuracy: each finished run's time (and epochs) to reach it, against the
+    baseline's as a ratio over the seeds; or how many of its seeds never did."""
+    target = study.target_accuracy
+    if target is None:
+        return []
+    level = f"{100 * target:g}% test accuracy"
+    base = study.baseline
+    base_times = _target_times(study, base) if base in study.ok.index else None
+    lines = []
+    for run, row in study.ok.iterrows():
+        times = _target_times(study, run)
+        if times is None:
+            lines.append(
+                f"{run}: {row['seeds_to_target']} seeds reached {level} within "
+                f"{_epochs(row)}: no time to it is given."
+            )
+            continue
+        text = (
+            f"{run} reaches {level} in {_s(row['time_to_target_s'])} of training and "
+            f"evaluation ({row['epochs_to_target']:.1f} epochs)"
+        )
+        if run != base and base_times is not None:
+            text += f", {_ratio(stats.ratio(times, base_times))} {base}'s"
+        lines.append(text + ".")
+    return lines
+
+
+def _target_times(study: Study, run: str) -> list[float] | None:
+    """Each seed's time to the study's target, None unless every seed reached it."""
+    times = [time_to_target(s["history"], study.target_accuracy)
+             for s in study.metrics[run]["seeds"]]  # fmt: skip
+    return None if any(t is None for t in times) else [t[0] for t in times]
+
+
 def _backend_pairs(study: Study, runs: list[str]) -> list[tuple[str, str]]:
     """(slower backend's run, other run) for runs whose specs differ in the backend only."""
 
@@ -387,6 +422,7 @@ def all_observations(
 ) -> list[str]:
     lines = seed_note(study) + versus_baseline(study) + scaling(study) + sweep(study)
     lines += communication(study, collectives)
+    lines += time_to_accuracy(study)
     lines += warm_process(study) + precision_check(study) + step_check(study)
     if other is not None:
         lines += compared_with(study, other)

@@ -52,6 +52,8 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
 # (not host RSS, the job's peak over its ranks; not the epoch count, which only varies with
 # early stopping).
 INTERVAL_COLUMNS = frozenset(SUMMARY_METRICS) - {"epochs_completed"}
+# With a study's `target_accuracy`: the time and epochs to reach it, with their intervals.
+TARGET_COLUMNS = frozenset({"time_to_target_s", "epochs_to_target"})
 
 
 def baseline_run(settings: dict[str, Any], runs: Sequence[str]) -> str:
@@ -67,6 +69,8 @@ class Study:
     runs: pd.DataFrame  # one summary row per run (dmls.report.aggregate.summarize), config order
     histories: dict[str, pd.DataFrame]  # per-epoch history of every `ok` run
     metrics: dict[str, dict[str, Any]]  # the raw metrics.json of every run
+    # The study's target test accuracy (config `target_accuracy`): time to reach it per run.
+    target_accuracy: float | None = None
 
     @classmethod
     def from_metrics(cls, key: str, settings: dict[str, Any], metrics: Sequence[dict]) -> Study:
@@ -81,8 +85,14 @@ class Study:
                 f"studies.{key}.baseline: {baseline!r} is not one of its runs {list(by_run)}"
             )
         runs["gpu_mem_per_gpu"] = [_gpu_memory_per_gpu(m) for m in metrics]
+        target = settings.get("target_accuracy")
+        if target is not None:
+            reached = pd.DataFrame([_to_target(m, target) for m in metrics], index=runs.index)
+            runs = runs.join(reached)
         histories = {m["run"]: pd.DataFrame(m["history"]) for m in metrics if m["status"] == OK}
-        return cls(key, settings.get("title") or key, baseline, runs, histories, by_run)
+        return cls(
+            key, settings.get("title") or key, baseline, runs, histories, by_run, target
+        )  # fmt: skip
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -179,6 +189,19 @@ class Study:
         ok = self.ok
         return [] if ok.empty else list(ok.index[ok["seeds"] == 1])
 
+    @property
+    def result_columns(self) -> list[tuple[str, str]]:
+        """RESULT_COLUMNS, and with a target accuracy the time and epochs to reach it."""
+        if self.target_accuracy is None:
+            return RESULT_COLUMNS
+        target = f"{100 * self.target_accuracy:g}%"
+        return [
+            *RESULT_COLUMNS,
+            ("time_to_target_s", f"Time to {target} test acc. (s)"),
+            ("epochs_to_target", f"Epochs to {target}"),
+            ("seeds_to_target", "Seeds that reached it"),
+        ]
+
     def results_table(self) -> dict[str, Any]:
         """The results of every run, each mean over seeds with its 95% interval; runs that did
         not finish carry their reason only."""
@@ -188,23 +211,27 @@ class Study:
             # (A study where no run finished has no columns of numbers at all.)
             shown = [
                 cells.cell(row.get(col), cells.FORMATS[col], shown=ran, ci95=_ci95(row, col))
-                for col, _ in RESULT_COLUMNS
+                for col, _ in self.result_columns
             ]
             rows.append(
                 {"run": run, "status": row["status"], "reason": row["reason"] or "", "cells": shown}
             )
-        return {"columns": [header for _, header in RESULT_COLUMNS], "rows": rows}
+        return {"columns": [header for _, header in self.result_columns], "rows": rows}
 
     def results_frame(self) -> pd.DataFrame:
         """The results as numbers (for CSV): numeric columns blank unless the run is `ok`, each
         mean over seeds followed by its interval's half-width (`<column>_ci95`)."""
         columns = ["run", "status", "reason", *(f"spec.{k}" for k in self.varying)]
         numeric = ["seeds"]
-        for column, _ in RESULT_COLUMNS:
-            if column not in ("device", "effective_precision"):
-                numeric += [column, f"{column}_ci95"] if column in INTERVAL_COLUMNS else [column]
-        frame = self.runs.reindex(columns=[*columns, "device", "effective_precision", *numeric])
-        frame.loc[frame["status"] != OK, ["effective_precision", *numeric]] = None
+        for column, _ in self.result_columns:
+            if column not in ("device", "effective_precision", "seeds_to_target"):
+                with_ci = column in INTERVAL_COLUMNS | TARGET_COLUMNS
+                numeric += [column, f"{column}_ci95"] if with_ci else [column]
+        text = ["device", "effective_precision"]
+        if self.target_accuracy is not None:
+            text.append("seeds_to_target")
+        frame = self.runs.reindex(columns=[*columns, *text, *numeric])
+        frame.loc[frame["status"] != OK, [*text[1:], *numeric]] = None
         return frame
 
 
@@ -224,7 +251,34 @@ def run_labels(specs: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 def _ci95(row: pd.Series, column: str) -> float | None:
     """The half-width of the 95% interval of `column`'s mean, where the column shows one."""
-    return row.get(f"{column}_ci95") if column in INTERVAL_COLUMNS else None
+    return row.get(f"{column}_ci95") if column in INTERVAL_COLUMNS | TARGET_COLUMNS else None
+
+
+def time_to_target(history: list[dict[str, Any]], target: float) -> tuple[float, int] | None:
+    """(seconds, epochs) until the first epoch whose test accuracy reaches `target`: the
+    training and evaluation time of the epochs up to it (the job's launch and setup are not
+    counted, as MLPerf's time-to-train starts with the run). None when no epoch reaches it."""
+    seconds = 0.0
+    for epoch in history:
+        seconds += epoch["train_time_s"] + epoch["eval_time_s"]
+        if epoch["test_accuracy"] >= target:
+            return seconds, epoch["epoch"]
+    return None
+
+
+def _to_target(metrics: dict[str, Any], target: float) -> dict[str, Any]:
+    """A run's time and epochs to `target` (mean and 95% interval over its seeds, numbers only
+    when every seed reached it) and how many seeds did."""
+    if metrics["status"] != OK:
+        return {}
+    reached = [time_to_target(seed["history"], target) for seed in metrics["seeds"]]
+    hits = [r for r in reached if r is not None]
+    row: dict[str, Any] = {"seeds_to_target": f"{len(hits)} of {len(reached)}"}
+    if len(hits) == len(reached):
+        for i, column in enumerate(("time_to_target_s", "epochs_to_target")):
+            estimate = stats.mean_interval([h[i] for h in hits])
+            row |= {column: estimate.mean, f"{column}_ci95": estimate.half_width}
+    return row
 
 
 def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
