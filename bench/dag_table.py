@@ -2,7 +2,8 @@
 
     python bench/dag_table.py RESULTS_DIR [--wall SECONDS] [--json FILE]
 
-For each run: its status, how its step ran, the GPUs and cores it held, the whole job's seconds
+The rows come from dmls/report/timeline.py, which the report's "DAG timeline" section draws
+too. For each run: its status, how its step ran, the GPUs and cores it held, the whole job's seconds
 (Snakemake's benchmark: the supervisor's start and end included) and the launcher's seconds as
 the supervisor timed them, split into the launcher's share (torchrun's agent, rendezvous,
 spawning and reaping the ranks), rank 0's imports, setup (pg_s of it: joining the process
@@ -14,54 +15,18 @@ sum against the DAG's wall time says how much ran side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
 
-def run_rows(results: Path) -> list[dict]:
-    rows = []
-    for path in sorted(results.glob("runs/*/*/metrics.json")):
-        m = json.loads(path.read_text())
-        timing, launch = m.get("timing") or {}, m.get("launch") or {}
-        seconds = launch.get("seconds")
-        inside = (timing.get("import_s") or 0) + (timing.get("wall_time_s") or 0)
-        reserved = m.get("reserved") or {}
-        benchmark = results / "benchmarks/train" / m["study"] / f"{m['run']}.tsv"
-        job = pd.read_csv(benchmark, sep="\t")["s"].iloc[0] if benchmark.exists() else None
-        rows.append(
-            {
-                "job": f"{m['study']}/{m['run']}",
-                "status": m["status"],
-                "step": (m.get("step") or {}).get("mode", ""),
-                "gpus": len(reserved.get("gpus", [])),
-                "cores": len(reserved.get("cores", [])),
-                "waited_s": reserved.get("waited_s"),
-                # The whole job (Snakemake's benchmark) and the part from starting the launcher
-                # to its exit; the difference is the supervisor's (imports, probing the host).
-                "job_s": job,
-                "seconds": seconds,
-                # The launcher's own share: starting (torchrun's agent, rendezvous, spawning
-                # the ranks) and ending, around what rank 0 timed itself.
-                "launcher_s": seconds - inside if seconds and inside else None,
-                "import_s": timing.get("import_s"),
-                "setup_s": timing.get("setup_s"),
-                "pg_s": timing.get("process_group_s"),
-                "train_s": timing.get("train_time_s"),
-                "eval_s": timing.get("eval_time_s"),
-                "ckpt_s": timing.get("checkpoint_time_s"),
-                "teardown_s": timing.get("teardown_s"),
-                "epochs": len(m.get("history") or []),
-            }
-        )
-    for path in sorted(results.glob("studies/*/summary.json")):
-        s = json.loads(path.read_text())
-        rows.append(
-            {"job": f"study {s['study']}", "status": s["status"], "seconds": s["wall_time_s"]}
-        )
-    return rows
+from dmls.report.timeline import from_results
+
+PRINTED = ("job", "status", "step", "gpus", "cores", "waited_s", "job_s", "seconds",
+           "launcher_s", "import_s", "setup_s", "pg_s", "train_s", "eval_s", "ckpt_s",
+           "teardown_s", "epochs")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall", type=float, help="the DAG's wall time, in seconds")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
-    rows = run_rows(args.results)
+    rows = [{k: r.get(k) for k in PRINTED} for r in from_results(args.results)]
     if not rows:
         print(f"no metrics.json or summary.json under {args.results}", file=sys.stderr)
         return 1

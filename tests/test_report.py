@@ -806,3 +806,31 @@ def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_basel
     # Without a target: none of it.
     plain = Study.from_metrics("parallelism", {}, metrics)
     assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 16
+
+
+def test_the_timeline_puts_gpu_jobs_on_their_gpus_and_stacks_cpu_jobs_side_by_side():
+    from dmls.report import timeline
+
+    def run(name, start, end, gpus=(), status="ok"):
+        stamp = "2026-11-27T10:00:{:02d}+00:00"
+        return {"job": name, "status": status, "gpu_ids": list(gpus), "gpus": len(gpus),
+                "start": pd.Timestamp(stamp.format(start)), "end": pd.Timestamp(stamp.format(end)),
+                "train_s": 1.25}  # fmt: skip
+
+    rows = timeline.with_offsets([
+        run("a/ddp", 5, 20, gpus=("0", "1")), run("a/cpu1", 0, 10), run("a/cpu2", 2, 8),
+        run("a/cpu3", 12, 30, status="failed"), run("b/single", 21, 25, gpus=("1",)),
+        {"job": "study x", "status": "ok", "start": None, "end": None},  # never started
+    ])  # fmt: skip
+    assert [r["job"] for r in rows] == ["a/cpu1", "a/cpu2", "a/ddp", "a/cpu3", "b/single"]
+    bars = [(lane, r["job"]) for lane, r in timeline.lanes(rows)]
+    assert bars == [("CPU 1", "a/cpu1"), ("CPU 2", "a/cpu2"), ("GPU 0", "a/ddp"),
+                    ("GPU 1", "a/ddp"), ("CPU 1", "a/cpu3"), ("GPU 1", "b/single")]  # fmt: skip
+    table = timeline.table(rows)
+    assert table["columns"][:4] == ["job", "status", "start (s)", "end (s)"]
+    assert table["rows"][0][:4] == ["a/cpu1", "ok", "0.0", "10.0"]
+    assert table["rows"][0][table["columns"].index("training (s)")] == "1.2"
+    assert timeline.summary(rows) == (
+        "5 jobs over 30 s; their own times add up to 53 s (1.8 jobs at a time on average)."
+    )
+    timeline.figure(rows)  # draws

@@ -103,7 +103,7 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
     assert pd.read_csv(tmp_path / "results" / "runs.csv").empty
     page = (tmp_path / "results" / "report" / "report.html").read_text()
     assert re.findall(r'<section id="([^"]+)"', page) == [
-        "spare_failure", "float32_bytes", "all-runs"
+        "spare_failure", "float32_bytes", "timeline", "all-runs"
     ]  # fmt: skip
 
 
@@ -221,7 +221,7 @@ def test_the_test_config_runs_end_to_end(dag):
 @pytest.mark.e2e
 def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     page = (dag / "report" / "report.html").read_text()
-    for study in [*EXPECTED_RUNS, "overfitting", *SPECIAL_STUDIES, "all-runs"]:
+    for study in [*EXPECTED_RUNS, "overfitting", *SPECIAL_STUDIES, "timeline", "all-runs"]:
         assert f'<section id="{study}"' in page, study
     # The special studies: CUDA rows skipped with their reason, CPU rows with numbers.
     assert "&#39;fused&#39; needs a CUDA GPU; this host has none" in page
@@ -270,7 +270,12 @@ def test_the_report_renders_in_a_real_browser_offline(dag):
 
     evidence = ROOT / "results" / "evidence" / "report.png"
     facts = screenshot(dag / "report" / "report.html", evidence)
-    assert facts["sections"] == [*EXPECTED_RUNS_IN_REPORT_ORDER, *SPECIAL_STUDIES, "all-runs"]
+    assert facts["sections"] == [
+        *EXPECTED_RUNS_IN_REPORT_ORDER,
+        *SPECIAL_STUDIES,
+        "timeline",
+        "all-runs",
+    ]
     assert facts["height"] > 20000 and facts["broken_images"] == 0
     assert facts["images"] >= EXPECTED_TRAIN_JOBS
     assert [m for m in facts["console"] if m["level"] == "SEVERE"] == []

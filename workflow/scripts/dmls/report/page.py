@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import importlib.metadata
+import io
 import numbers
 import subprocess
 from collections import Counter
@@ -16,11 +17,12 @@ from pathlib import Path
 from typing import IO, Any
 
 import jinja2
+import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
 from dmls.files import atomic_write, read_json
-from dmls.report import captions, special
+from dmls.report import captions, special, timeline
 from dmls.report.aggregate import read_metrics
 from dmls.report.cells import FORMATS, MIB, cell, missing
 from dmls.report.study import OK
@@ -215,6 +217,22 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     return {"entry": text | entry, "section": section, "kind": kind}
 
 
+def timeline_section(metrics: list[dict[str, Any]], special_paths: list[Path]) -> dict | None:
+    """The DAG's timeline (a figure, inlined) and each job's split, or None without stamps."""
+    rows = timeline.with_offsets(
+        [timeline.run_row(m) for m in metrics]
+        + [timeline.study_row(read_json(p)) for p in special_paths]
+    )
+    if not rows:
+        return None
+    fig = timeline.figure(rows)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    src = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return {"src": src, "table": timeline.table(rows), "summary": timeline.summary(rows)}
+
+
 def render(
     *,
     template_dir: Path,
@@ -261,6 +279,7 @@ def render(
         ),
         "intro": texts["intro"],
         "all_runs": all_runs(frame),
+        "timeline": timeline_section(metrics, special_paths),
         "runs_csv_uri": data_uri(runs_csv, "text/csv"),
         "seeds_csv_uri": data_uri(seeds_csv, "text/csv"),
         "css": (Path(template_dir) / "report.css").read_text(),

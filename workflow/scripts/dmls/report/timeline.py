@@ -1,0 +1,179 @@
+"""The DAG's timeline and where each job's time went, from the runs' metrics.json and the
+special studies' summary.json (the report's "DAG timeline" section and bench/dag_table.py).
+
+For each training run: its start and end stamps, the GPUs and cores it held (its reservation,
+under `isolation: host|devices`) and how long it waited for them, and its seconds split into
+the launcher's share (torchrun's agent, rendezvous, spawning and reaping the ranks), rank 0's
+imports, setup (joining the process group, NCCL's init included; data, model, optimizer),
+training, evaluation, checkpoints and teardown. Special studies have their start and wall time.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dmls.files import new_figure
+
+SPLIT = ("launcher_s", "import_s", "setup_s", "train_s", "eval_s", "ckpt_s", "teardown_s")
+COLUMNS = {
+    "job": "job",
+    "status": "status",
+    "start_s": "start (s)",
+    "end_s": "end (s)",
+    "gpus": "GPUs",
+    "cores": "cores",
+    "waited_s": "waited for a slot (s)",
+    "launcher_s": "launcher (s)",
+    "import_s": "imports (s)",
+    "setup_s": "setup (s)",
+    "train_s": "training (s)",
+    "eval_s": "evaluation (s)",
+    "ckpt_s": "checkpoints (s)",
+    "teardown_s": "teardown (s)",
+}
+
+
+def run_row(m: dict[str, Any], benchmarks: Path | None = None) -> dict[str, Any]:
+    """One training run's row (its metrics.json `m`); `benchmarks` is the results folder's
+    benchmarks/train, whose Snakemake benchmark gives the whole job's seconds."""
+    timing, launch = m.get("timing") or {}, m.get("launch") or {}
+    seconds = launch.get("seconds")
+    inside = (timing.get("import_s") or 0) + (timing.get("wall_time_s") or 0)
+    reserved = m.get("reserved") or {}
+    bench = benchmarks / m["study"] / f"{m['run']}.tsv" if benchmarks else None
+    job = pd.read_csv(bench, sep="\t")["s"].iloc[0] if bench and bench.exists() else None
+    return {
+        "job": f"{m['study']}/{m['run']}",
+        "status": m["status"],
+        "step": (m.get("step") or {}).get("mode", ""),
+        "start": _stamp(m.get("started_at")),
+        "end": _stamp(m.get("finished_at")),
+        "gpu_ids": [str(g) for g in reserved.get("gpus", [])],
+        "gpus": len(reserved.get("gpus", [])),
+        "cores": len(reserved.get("cores", [])),
+        "waited_s": reserved.get("waited_s"),
+        # The whole job (Snakemake's benchmark) and the part from starting the launcher to its
+        # exit; the difference is the supervisor's (imports, probing the host).
+        "job_s": job,
+        "seconds": seconds,
+        # The launcher's own share, around what rank 0 timed itself.
+        "launcher_s": seconds - inside if seconds and inside else None,
+        "import_s": timing.get("import_s"),
+        "setup_s": timing.get("setup_s"),
+        "pg_s": timing.get("process_group_s"),
+        "train_s": timing.get("train_time_s"),
+        "eval_s": timing.get("eval_time_s"),
+        "ckpt_s": timing.get("checkpoint_time_s"),
+        "teardown_s": timing.get("teardown_s"),
+        "epochs": len(m.get("history") or []),
+    }
+
+
+def study_row(s: dict[str, Any]) -> dict[str, Any]:
+    """One special study's row (its summary.json `s`)."""
+    start = _stamp(s.get("started_at"))
+    seconds = s.get("wall_time_s")
+    end = start + pd.Timedelta(seconds=seconds) if start is not None and seconds else None
+    return {"job": f"study {s['study']}", "status": s["status"], "start": start, "end": end,
+            "gpu_ids": [], "gpus": 0, "seconds": seconds}  # fmt: skip
+
+
+def from_results(results: Path) -> list[dict[str, Any]]:
+    """Every run's and special study's row of a results folder."""
+    benchmarks = results / "benchmarks" / "train"
+    rows = [
+        run_row(json.loads(p.read_text()), benchmarks)
+        for p in sorted(results.glob("runs/*/*/metrics.json"))
+    ]
+    return rows + [
+        study_row(json.loads(p.read_text())) for p in sorted(results.glob("studies/*/summary.json"))
+    ]
+
+
+def _stamp(text: str | None) -> pd.Timestamp | None:
+    return pd.Timestamp(datetime.fromisoformat(text)) if text else None
+
+
+def with_offsets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows that have start and end stamps, each with its start and end in seconds since
+    the first start, in start order."""
+    timed = [r for r in rows if r.get("start") is not None and r.get("end") is not None]
+    if not timed:
+        return []
+    zero = min(r["start"] for r in timed)
+    out = [
+        r | {"start_s": (r["start"] - zero).total_seconds(),
+             "end_s": (r["end"] - zero).total_seconds()}
+        for r in timed
+    ]  # fmt: skip
+    return sorted(out, key=lambda r: r["start_s"])
+
+
+def lanes(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(lane, row) bars: a job holding GPUs on each of its GPUs' lanes; every other job on the
+    first CPU lane free at its start (so jobs side by side stack)."""
+    bars: list[tuple[str, dict[str, Any]]] = []
+    cpu_free: list[float] = []  # each CPU lane's end so far
+    for r in rows:
+        if r.get("gpu_ids"):
+            bars += [(f"GPU {g}", r) for g in r["gpu_ids"]]
+            continue
+        lane = next((i for i, end in enumerate(cpu_free) if end <= r["start_s"]), None)
+        if lane is None:
+            cpu_free.append(r["end_s"])
+            lane = len(cpu_free) - 1
+        cpu_free[lane] = r["end_s"]
+        bars.append((f"CPU {lane + 1}", r))
+    return bars
+
+
+def figure(rows: list[dict[str, Any]]):
+    """The timeline: one bar per job and GPU it held (CPU jobs on stacked CPU lanes), training
+    runs in blue, special studies in orange, runs that did not finish hatched."""
+    bars = lanes(rows)
+    names = sorted({lane for lane, _ in bars}, key=lambda n: (n.split()[0], int(n.split()[1])))
+    fig = new_figure(11, max(2.5, 0.32 * len(names) + 1.2))
+    ax = fig.subplots()
+    for lane, r in bars:
+        study = r["job"].startswith("study ")
+        ax.barh(names.index(lane), r["end_s"] - r["start_s"], left=r["start_s"], height=0.7,
+                color="C1" if study else "C0", edgecolor="white", linewidth=0.5,
+                hatch=None if r["status"] == "ok" else "//")  # fmt: skip
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set(xlabel="seconds since the first job started", title="The DAG's jobs over time")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-job split as text cells (blank where a job has no such part)."""
+
+    def cell(value: Any) -> str:
+        if value is None or (isinstance(value, float) and pd.isna(value)):
+            return ""
+        return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+    return {
+        "columns": list(COLUMNS.values()),
+        "rows": [[cell(r.get(k)) for k in COLUMNS] for r in rows],
+    }
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """The jobs' seconds against the DAG's span: how much ran side by side."""
+    if not rows:
+        return ""
+    span = max(r["end_s"] for r in rows)
+    busy = sum(r["end_s"] - r["start_s"] for r in rows)
+    return (
+        f"{len(rows)} jobs over {span:.0f} s; their own times add up to {busy:.0f} s "
+        f"({busy / span:.1f} jobs at a time on average)."
+        if span
+        else ""
+    )
