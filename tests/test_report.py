@@ -620,9 +620,11 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         workflow_dir=ROOT,
     )
     assert hostile not in rendered and "&lt;script&gt;alert(" in rendered
-    assert rendered.count("<script>") == 1  # only the table-sorting script of the template
-    # overview, curves, speedup, generalization; 3 runs' curves; A2's generalization again.
-    assert len(re.findall(r'src="data:image/png;base64,', rendered)) == 4 + 3 + 1
+    assert rendered.count("<script>") == 1  # only the all-runs table's script of the template
+    # overview, curves, speedup, generalization; 3 runs' curves; A2's generalization again;
+    # the DAG's timeline.
+    assert len(re.findall(r'src="data:image/png;base64,', rendered)) == 4 + 3 + 1 + 1
+    assert '<section id="timeline">' in rendered
     assert 'download="runs.csv"' in rendered and 'download="seeds.csv"' in rendered
     assert "SYNTHETIC" in rendered and "1 × NVIDIA H100" in rendered and "580.1" in rendered
     assert "Course reference (other students" in rendered  # labelled apart from our numbers

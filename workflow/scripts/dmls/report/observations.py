@@ -56,11 +56,8 @@ def versus_baseline(study: Study) -> list[str]:
             "compared with it."
         ]
     lines = []
-    for run, row in study.ok.iterrows():
-        if run == base_name:
-            continue
-        throughput = _compare(stats.ratio, study, run, base_name, "samples_per_s")
-        accuracy = _compare(stats.difference, study, run, base_name, "test_accuracy")
+    for run, (throughput, accuracy) in baseline_comparisons(study).items():
+        row = study.runs.loc[run]
         parts = [
             f"training throughput {_ratio(throughput)}, {_s(row['train_time_s'])} vs "
             f"{_s(base['train_time_s'])} of training for {_epochs(row)}",
@@ -76,6 +73,30 @@ def versus_baseline(study: Study) -> list[str]:
             )
         lines.append(f"{run} vs {base_name}: " + "; ".join(parts) + ".")
     return lines
+
+
+def baseline_comparisons(study: Study) -> dict[str, tuple[stats.Comparison, stats.Comparison]]:
+    """Each finished run but the baseline against the baseline, over the seeds: (throughput
+    ratio, test-accuracy difference). Empty when the baseline did not finish."""
+    base = study.baseline
+    if study.runs.at[base, "status"] != OK:
+        return {}
+    return {
+        run: (
+            _compare(stats.ratio, study, run, base, "samples_per_s"),
+            _compare(stats.difference, study, run, base, "test_accuracy"),
+        )
+        for run in study.ok.index
+        if run != base
+    }
+
+
+def verdict(comparison: stats.Comparison) -> str:
+    """Which way a comparison goes: 'higher', 'lower', or 'within seed noise' when its 95%
+    interval holds no effect ('higher'/'lower' by the value alone without an interval)."""
+    if comparison.within_noise:
+        return "within seed noise"
+    return "higher" if comparison.value > comparison.null else "lower"
 
 
 def scaling(study: Study) -> list[str]:
