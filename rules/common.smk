@@ -114,6 +114,22 @@ def special_study_outputs():
     ]
 
 
+def compare_metrics(wildcards):
+    """The metrics of every results folder the `compare` rule sets side by side."""
+    from pathlib import Path
+
+    if len(config["compare"]) < 2:
+        raise ValueError(
+            f"compare: {config['compare']!r}; give two or more results folders, the reference "
+            "first, e.g. --config compare='[results_h100, results_a100]'"
+        )
+    return [
+        str(p)
+        for f in config["compare"]
+        for p in sorted(Path(f).glob("runs/*/*/metrics.json"))
+    ]
+
+
 def special_study_threads(name):
     """A special study's threads: local_threads of its largest number of processes."""
     return lambda wildcards: local_threads(

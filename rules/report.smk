@@ -82,3 +82,23 @@ rule render_report:
         workflow_dir=workflow.basedir,
     script:
         "../workflow/scripts/render_report.py"
+
+
+rule compare:
+    """Two or more results folders side by side (config `compare`: their paths, the reference
+    first): one self-contained HTML page (dmls/report/compare.py)."""
+    input:
+        metrics=compare_metrics,
+        template="report/compare.html.j2",
+        css="report/report.css",
+    output:
+        html=f"{RESULTS}/compare/compare.html",
+    log:
+        f"{RESULTS}/logs/compare.log",
+    localrule: True
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        folders=config["compare"],
+    script:
+        "../workflow/scripts/compare_results.py"

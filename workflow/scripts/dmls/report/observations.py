@@ -93,10 +93,13 @@ def baseline_comparisons(study: Study) -> dict[str, tuple[stats.Comparison, stat
 
 def verdict(comparison: stats.Comparison) -> str:
     """Which way a comparison goes: 'higher', 'lower', or 'within seed noise' when its 95%
-    interval holds no effect ('higher'/'lower' by the value alone without an interval)."""
+    interval holds no effect; without an interval (one seed), by the value alone, and said."""
     if comparison.within_noise:
         return "within seed noise"
-    return "higher" if comparison.value > comparison.null else "lower"
+    way = "higher" if comparison.value > comparison.null else "lower"
+    if comparison.value == comparison.null:
+        way = "equal"
+    return way if comparison.has_interval else f"{way} (one seed: no interval)"
 
 
 def scaling(study: Study) -> list[str]:

@@ -1,0 +1,100 @@
+"""Results folders side by side (dmls/report/compare.py): ratios with intervals, runs one side
+lacks, specs that differ, and whether the conclusions agree."""
+
+import re
+
+import pytest
+
+from dmls.files import write_json
+from dmls.report import compare
+from test_report import epochs, fake_metrics
+
+
+def folder(root, name, runs):
+    for m in runs:
+        write_json(root / name / "runs" / m["study"] / m["run"] / "metrics.json", m)
+    return root / name
+
+
+@pytest.fixture
+def folders(tmp_path):
+    """A: single_gpu (seeds ×0.9, 1, 1.1 of 15/10/10 s epochs), ddp_2gpu at 1.62× its
+    throughput, dataparallel_2gpu. B: single_gpu twice as fast, ddp_2gpu at batch 64 and
+    1.4× its throughput, no dataparallel_2gpu."""
+    spread = (0.9, 1.0, 1.1)
+    a = folder(tmp_path, "a", [
+        fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([15, 10, 10]),
+                     spread=spread),
+        fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=1620.0,
+                     epochs=3, history=epochs([15, 10, 10]), spread=spread),
+        fake_metrics("dataparallel_2gpu", launcher="dp", nproc_per_node=2, epochs=3),
+    ])  # fmt: skip
+    b = folder(tmp_path, "b", [
+        fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([7.5, 5, 5]),
+                     samples_per_s=2000.0, spread=spread),
+        fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=2800.0,
+                     epochs=3, batch_size=64, history=epochs([15, 10, 10]), spread=spread),
+    ])  # fmt: skip
+    return a, b
+
+
+def test_two_folders_compare_with_ratios_spec_differences_and_missing_runs(folders, tmp_path):
+    result = compare.write(list(folders), tmp_path / "c.html")
+    (section,) = result["sections"]
+    assert section["only"] == ["dataparallel_2gpu: not in b"]
+    assert section["different"] == [
+        "ddp_2gpu on b: differs from a in batch_size (not the same experiment)"
+    ]
+    rows = {(r[0], r[1]): r for r in section["rows"]}
+    columns = result["columns"]
+    # b's single_gpu: each seed's steady epoch half of a's: 0.50×, no spread in the ratio.
+    steady = rows[("single_gpu", "b")][columns.index("steady epoch vs a")]
+    assert steady.startswith("0.50× (95% interval 0.")
+    assert rows[("single_gpu", "a")][columns.index("steady epoch vs a")] == ""  # the reference
+    assert rows[("ddp_2gpu", "b")][columns.index("spec differs in")] == "batch_size"
+    # The report's own verdicts, per folder: ddp_2gpu faster than single_gpu in a (1.62×), in b
+    # (1.40×); each ratio's interval over the seeds' ×0.9..1.1 spread excludes 1.
+    (line,) = section["conclusions"]
+    assert line.startswith("ddp_2gpu's throughput against single_gpu's: higher on a (1.62×")
+    assert "higher on b (1.40×" in line and line.endswith("they agree.")
+    page = (tmp_path / "c.html").read_text()
+    assert '<section id="parallelism">' in page and "Not the same experiment" in page
+    assert not re.search(r">\s*(nan|NaN|None)\s*<", page)
+    assert not re.search(r'(src|href)="(?!data:|#)', page)  # self-contained
+
+
+def test_disagreeing_conclusions_are_named(folders, tmp_path):
+    a, b = folders
+    slow = fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=700.0,
+                        epochs=3, history=epochs([15, 10, 10]), spread=(0.9, 1.0, 1.1))  # fmt: skip
+    folder(tmp_path, "b", [slow])
+    (section,) = compare.compare([a, b])["sections"]
+    (line,) = section["conclusions"]
+    assert "lower on b (0.35×" in line and line.endswith("they DISAGREE.")
+
+
+def test_a_folder_without_runs_or_a_single_folder_is_a_clear_error(folders, tmp_path, capsys):
+    with pytest.raises(compare.CompareError, match=r"empty: no runs/<study>/<run>/metrics.json"):
+        compare.compare([folders[0], tmp_path / "empty"])
+    assert compare.main([str(folders[0]), "-o", str(tmp_path / "x.html")]) == 2
+    assert "compare needs two or more results folders, got 1" in capsys.readouterr().err
+
+
+def test_the_compare_target_of_the_workflow_writes_the_page(folders, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import ROOT
+
+    snakemake = Path(sys.executable).parent / "snakemake"
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [str(snakemake), "compare", "--cores", "1", "--config",
+         f"compare=[{folders[0]},{folders[1]}]", f"results_dir={out}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (out / "compare" / "compare.html").read_text()
+    assert "dataparallel_2gpu: not in b" in page
+    assert "they agree" in (out / "logs" / "compare.log").read_text()

@@ -1,0 +1,219 @@
+"""Two or more results folders side by side: one self-contained HTML page.
+
+    python workflow/scripts/compare_results.py results_h100 results_a100 [-o compare.html]
+    snakemake compare --config compare='[results_h100, results_a100]'
+
+Each folder holds runs/<study>/<run>/metrics.json (from any machine). The first folder is the
+reference. Per study and run: the numbers of every folder (means over seeds ± their 95%
+interval), each other folder's steady epoch and throughput as a ratio to the reference's and
+its test accuracy as a difference in points, with Welch's interval where both sides have
+repeats (dmls/stats.py, as the report's observations); the runs only some folders have; where
+a run's specs differ (then it is not the same experiment: the keys are named); each folder's
+hosts and versions; and, per study, whether the report's conclusions agree: each run against
+the study's baseline, faster, slower or within seed noise, in every folder
+(dmls/report/observations.baseline_comparisons, the code of the report's own observations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from dmls import stats
+from dmls.files import atomic_write
+from dmls.report import observations
+from dmls.report.aggregate import read_metrics
+from dmls.report.cells import FORMATS, cell
+from dmls.report.page import hosts
+from dmls.report.study import OK, Study
+
+TEMPLATE = Path(__file__).resolve().parents[4] / "report" / "compare.html.j2"
+CSS = TEMPLATE.with_name("report.css")
+SHOWN = [
+    ("test_accuracy", "test acc. (%)"),
+    ("steady_epoch_s", "steady epoch (s)"),
+    ("samples_per_s", "samples/s"),
+    ("peak_gpu_mem_allocated_bytes", "peak GPU mem. (MiB)"),
+]
+
+
+class CompareError(ValueError):
+    """A folder that can't be compared (names it)."""
+
+
+def load(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """A results folder's metrics, by study, in run-name order."""
+    paths = sorted(Path(folder).glob("runs/*/*/metrics.json"))
+    if not paths:
+        raise CompareError(f"{folder}: no runs/<study>/<run>/metrics.json in it")
+    by_study: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        metrics = read_metrics(path)
+        by_study.setdefault(metrics["study"], []).append(metrics)
+    return by_study
+
+
+def spec_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The dotted spec keys whose values differ between two runs' specs."""
+    flat = pd.json_normalize([a, b], sep=".").drop(columns=["study", "run"], errors="ignore")
+    return [c for c in flat.columns if str(flat[c].iloc[0]) != str(flat[c].iloc[1])]
+
+
+def common_baseline(present: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The run every folder's study is compared against: of the runs all folders have, the one
+    with the fewest workers (then by name); a folder's config, which names the study's
+    baseline, is not in its metrics. None when the folders share no run."""
+    names = [{m["run"] for m in ms} for ms in present.values()]
+    shared = set.intersection(*names)
+    if not shared:
+        return None
+    first = next(iter(present.values()))
+    workers = {m["run"]: m["derived"]["replicas"] for m in first}
+    return min(shared, key=lambda run: (workers[run], run))
+
+
+def _numbers(study: Study, run: str) -> list[str]:
+    row = study.runs.loc[run]
+    ok = row["status"] == OK
+    return [
+        cell(row.get(col), FORMATS[col], shown=ok, ci95=row.get(f"{col}_ci95"))
+        if ok else row["status"]
+        for col, _ in SHOWN
+    ]  # fmt: skip
+
+
+def _against(study: Study, run: str, ref: Study) -> list[str]:
+    """Steady epoch and throughput as ratios to the reference's, accuracy in points."""
+    if study.runs.at[run, "status"] != OK or ref.runs.at[run, "status"] != OK:
+        return ["", "", ""]
+    out = []
+    for metric, how in (("steady_epoch_s", stats.ratio), ("samples_per_s", stats.ratio),
+                        ("test_accuracy", stats.difference)):  # fmt: skip
+        comparison = how(study.seed_values(run, metric), ref.seed_values(run, metric))
+        if comparison is None:
+            out.append("")
+            continue
+        text = (observations._ratio(comparison) if how is stats.ratio
+                else observations._points(comparison))  # fmt: skip
+        out.append(text)
+    return out
+
+
+def conclusions(studies: dict[str, Study]) -> list[str]:
+    """Per run against its study's baseline (throughput), in every folder: agree or not."""
+    per_folder = {name: observations.baseline_comparisons(s) for name, s in studies.items()}
+    first = next(iter(studies.values()))
+    runs = [r for r in first.runs.index if all(r in c for c in per_folder.values())]
+    lines = []
+    for run in runs:
+        parts, verdicts = [], set()
+        for name, comparisons in per_folder.items():
+            throughput = comparisons[run][0]
+            verdicts.add(observations.verdict(throughput))
+            parts.append(f"{observations.verdict(throughput)} on {name} "
+                         f"({observations._ratio(throughput)})")  # fmt: skip
+        agree = "they agree" if len(verdicts) == 1 else "they DISAGREE"
+        lines.append(
+            f"{run}'s throughput against {first.baseline}'s: " + "; ".join(parts) + f": {agree}."
+        )
+    return lines
+
+
+def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, Any]:
+    """Everything the page shows, computed from the folders' metrics (the first is the
+    reference)."""
+    if len(folders) < 2:
+        raise CompareError(f"compare needs two or more results folders, got {len(folders)}")
+    names = names or [Path(f).resolve().name for f in folders]
+    if len(set(names)) != len(names):  # same folder names: tell them apart by position
+        names = [f"{i + 1}: {n}" for i, n in enumerate(names)]
+    loaded = {name: load(folder) for name, folder in zip(names, folders, strict=True)}
+    ref_name = names[0]
+    all_studies = list(dict.fromkeys(s for by in loaded.values() for s in by))
+    sections = []
+    for key in all_studies:
+        present = {name: by[key] for name, by in loaded.items() if key in by}
+        settings = {"baseline": common_baseline(present)}
+        studies = {name: Study.from_metrics(key, settings, ms) for name, ms in present.items()}
+        runs = list(dict.fromkeys(m["run"] for ms in present.values() for m in ms))
+        rows, only, different = [], [], []
+        for run in runs:
+            holders = [n for n, s in studies.items() if run in s.runs.index]
+            if len(holders) < len(names):
+                missing = [n for n in names if n not in holders]
+                only.append(f"{run}: not in {', '.join(missing)}")
+            ref = studies.get(ref_name)
+            for name in holders:
+                study = studies[name]
+                diff = []
+                if ref is not None and name != ref_name and run in ref.runs.index:
+                    diff = spec_differences(ref.metrics[run]["spec"], study.metrics[run]["spec"])
+                    if diff:
+                        keys = ", ".join(diff)
+                        different.append(
+                            f"{run} on {name}: differs from {ref_name} in {keys} (not the same "
+                            "experiment)"
+                        )
+                against = (
+                    _against(study, run, ref)
+                    if ref is not None and name != ref_name and run in ref.runs.index
+                    else ["", "", ""]
+                )
+                rows.append([run, name, *_numbers(study, run), *against,
+                             ", ".join(diff)])  # fmt: skip
+        same = [n for n in studies if n in names]
+        agree = conclusions({n: studies[n] for n in same}) if len(same) >= 2 else []
+        sections.append({"key": key, "rows": rows, "only": only, "different": different,
+                         "conclusions": agree, "folders": same})  # fmt: skip
+    columns = ["run", "folder", *(h for _, h in SHOWN),
+               f"steady epoch vs {ref_name}", f"samples/s vs {ref_name}",
+               f"test acc. vs {ref_name}", "spec differs in"]  # fmt: skip
+    machines = {name: hosts([m for ms in by.values() for m in ms]) for name, by in loaded.items()}
+    return {"folders": dict(zip(names, map(str, folders), strict=True)), "reference": ref_name,
+            "columns": columns, "sections": sections, "hosts": machines}  # fmt: skip
+
+
+def render(result: dict[str, Any]) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True,
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+    )  # fmt: skip
+    return env.get_template(TEMPLATE.name).render(**result, css=CSS.read_text())
+
+
+def write(folders: list[Path], out: Path, names: list[str] | None = None) -> dict[str, Any]:
+    result = compare(folders, names)
+    page = render(result)
+    atomic_write(out, lambda f: f.write(page.encode()))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", type=Path, nargs="+", help="results folders, reference first")
+    parser.add_argument("-o", "--out", type=Path, default=Path("compare.html"))
+    parser.add_argument("--names", nargs="+", help="a label per folder (default: its name)")
+    args = parser.parse_args(argv)
+    try:
+        result = write(args.folders, args.out, args.names)
+    except CompareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for section in result["sections"]:
+        for line in section["only"] + section["different"] + section["conclusions"]:
+            print(f"{section['key']}: {line}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main_from_snakemake(snakemake: Any, log: Any) -> None:
+    """Entry of the `compare` rule (workflow/scripts/compare_results.py)."""
+    result = write([Path(f) for f in snakemake.params.folders], Path(snakemake.output.html))
+    for section in result["sections"]:
+        for line in section["only"] + section["different"] + section["conclusions"]:
+            print(f"{section['key']}: {line}", file=log)
