@@ -343,3 +343,34 @@ def assert_special_studies(studies: Path) -> None:
     ratio = sharding["none"]["state_bytes"] / sharding["full"]["state_bytes"]
     assert ratio == pytest.approx(2, rel=0.02)
     assert sharding["full"]["comm_predicted_ms"] > 0  # from the collectives sweep
+
+
+@pytest.mark.e2e
+def test_the_test_configs_results_compare_with_a_changed_copy_of_them(dag, tmp_path):
+    """Two .test results folders: the DAG's, and a copy whose ddp_2gpu ran at another batch
+    size and that lacks single_gpu_dataloader."""
+    import json
+    import shutil
+
+    from dmls.report import compare
+
+    copy = tmp_path / "changed"
+    shutil.copytree(dag / "runs", copy / "runs")
+    shutil.rmtree(copy / "runs" / "parallelism" / "single_gpu_dataloader")
+    changed = copy / "runs" / "parallelism" / "ddp_2gpu" / "metrics.json"
+    metrics = json.loads(changed.read_text())
+    metrics["spec"]["batch_size"] = 64
+    changed.write_text(json.dumps(metrics))
+    result = compare.write([dag, copy], tmp_path / "c.html", names=["dag", "changed"])
+    parallelism = next(s for s in result["sections"] if s["key"] == "parallelism")
+    assert parallelism["only"] == ["single_gpu_dataloader: not in changed"]
+    assert parallelism["different"] == [
+        "ddp_2gpu on changed: differs from dag in batch_size (not the same experiment)"
+    ]
+    # Identical numbers elsewhere: every ratio 1.00×, within seed noise, conclusions agree.
+    columns = result["columns"]
+    ratios = [r[columns.index("samples/s vs dag")] for r in parallelism["rows"]
+              if r[1] == "changed" and r[columns.index("samples/s vs dag")]]  # fmt: skip
+    assert ratios and all(r.startswith("1.00×") for r in ratios)
+    verdicts = [line for s in result["sections"] for line in s["conclusions"]]
+    assert verdicts and all(line.endswith("they agree.") for line in verdicts)
