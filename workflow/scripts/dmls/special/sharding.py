@@ -78,14 +78,37 @@ log = logging.getLogger(__name__)
 SCRIPTS = Path(__file__).resolve().parents[2]  # where `dmls` is imported from
 STAGES = {"none": "DDP", "optimizer": "ZeRO-1", "gradients": "ZeRO-2", "full": "ZeRO-3"}
 BACKENDS = {"cuda": "nccl", "cpu": "gloo"}
+# The table (sharding.csv): bytes in MiB and per parameter; summary.json keeps the bytes.
+MIB_COLUMNS = ("params", "grads", "optimizer", "activations", "state", "state_expected",
+               "peak_allocated", "peak_predicted")  # fmt: skip
 COLUMNS = (
-    "device", "processes", "strategy", "stage", "status", "reason", "parameters",
-    "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "state_bytes",
-    "state_closed_form_bytes", "state_over_closed_form", "state_expected_bytes",
-    "state_over_expected", "peak_allocated_bytes", "other_bytes",
-    "peak_predicted_bytes", "peak_over_predicted", "state_bytes_per_parameter",
-    "peak_bytes_per_parameter", "step_ms", "step_ms_ci95", "comm_predicted_ms",
+    "device", "processes", "strategy", "stage", "status", "reason", "parameters_m",
+    *(f"{c}_mib" for c in MIB_COLUMNS), "state_bytes_per_parameter",
+    "closed_form_bytes_per_parameter", "expected_bytes_per_parameter", "peak_over_predicted",
+    "step_ms", "step_ms_ci95", "comm_predicted_ms",
 )  # fmt: skip
+
+
+def _mib(n: float | None) -> float | int | None:
+    """Bytes in MiB: whole MiB from 100 up (shown with thousands separators), else 2 decimals."""
+    if not n:
+        return None
+    mib = n / 2**20
+    return round(mib) if mib >= 100 else round(mib, 2)
+
+
+def table_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of sharding.csv: memory in MiB and in bytes per parameter."""
+    out = {k: row.get(k) for k in COLUMNS if k in row}
+    if row["status"] != "ok":
+        return out
+    p = row["parameters"]
+    out |= {f"{c}_mib": _mib(row.get(f"{c}_bytes")) for c in MIB_COLUMNS}
+    return out | {
+        "parameters_m": p / 1e6,
+        "closed_form_bytes_per_parameter": row["state_closed_form_bytes"] / p,
+        "expected_bytes_per_parameter": row["state_expected_bytes"] / p,
+    }
 
 
 class SetupFailed(RuntimeError):
@@ -370,9 +393,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
                     rows.append(base | {"status": "failed", "reason": str(e)})
                     continue
                 rows.append(_row(spec, strategy, records, shapes, layers, sweep))
-    # (Each timed epoch's step time stays in summary.json.)
-    table = [{k: v for k, v in r.items() if k != "step_ms_samples"} for r in rows]
-    write_csv(out_dir / "sharding.csv", table, COLUMNS)
+    write_csv(out_dir / "sharding.csv", [table_row(r) for r in rows], COLUMNS)
     save_figure(_figure(rows), out_dir / "memory.png")
     return {"rows": rows, "notes": observations(rows, sweep is not None)}
 
