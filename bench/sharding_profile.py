@@ -78,7 +78,7 @@ def main() -> None:
     trainer = Trainer(spec, strategy, process, args.data, fused_optimizer=True)
     device = process.device
     trainer.train_epoch(0)  # warm-up
-    batches = [trainer._to_device(x, y) for x, y in trainer.data.train][: args.steps]
+    batches = [trainer.to_device(x, y) for x, y in trainer.data.train][: args.steps]
 
     def step(x, y) -> None:
         trainer.step(x, y, sync=True, divisor=1)

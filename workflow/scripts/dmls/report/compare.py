@@ -98,8 +98,8 @@ def _against(study: Study, run: str, ref: Study) -> list[str]:
         if comparison is None:
             out.append("")
             continue
-        text = (observations._ratio(comparison) if how is stats.ratio
-                else observations._points(comparison))  # fmt: skip
+        text = (observations.ratio_text(comparison) if how is stats.ratio
+                else observations.points_text(comparison))  # fmt: skip
         out.append(text)
     return out
 
@@ -116,7 +116,7 @@ def conclusions(studies: dict[str, Study]) -> list[str]:
             throughput = comparisons[run][0]
             verdicts.add(observations.verdict(throughput))
             parts.append(f"{observations.verdict(throughput)} on {name} "
-                         f"({observations._ratio(throughput)})")  # fmt: skip
+                         f"({observations.ratio_text(throughput)})")  # fmt: skip
         agree = "they agree" if len(verdicts) == 1 else "they DISAGREE"
         lines.append(
             f"{run}'s throughput against {first.baseline}'s: " + "; ".join(parts) + f": {agree}."

@@ -59,18 +59,17 @@ def versus_baseline(study: Study) -> list[str]:
     for run, (throughput, accuracy) in baseline_comparisons(study).items():
         row = study.runs.loc[run]
         parts = [
-            f"training throughput {_ratio(throughput)}, {_s(row['train_time_s'])} vs "
+            f"training throughput {ratio_text(throughput)}, {_s(row['train_time_s'])} vs "
             f"{_s(base['train_time_s'])} of training for {_epochs(row)}",
             f"test accuracy {_percent(row['test_accuracy'])} vs "
-            f"{_percent(base['test_accuracy'])}, {_points(accuracy)}",
+            f"{_percent(base['test_accuracy'])}, {points_text(accuracy)}",
         ]
         memory = study.memory
         if memory:
             column, what = memory
             ratio = _compare(stats.ratio, study, run, base_name, column)
-            parts.append(
-                f"{what} {row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB, {_ratio(ratio)}"
-            )
+            mib = f"{row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB"
+            parts.append(f"{what} {mib}, {ratio_text(ratio)}")
         lines.append(f"{run} vs {base_name}: " + "; ".join(parts) + ".")
     return lines
 
@@ -117,7 +116,7 @@ def scaling(study: Study) -> list[str]:
         ref = study.runs.loc[reference]
         ideal = row["replicas"] / ref["replicas"]
         lines.append(
-            f"{run} ({_workers(row['replicas'])}): speed-up {_ratio(ratio)} over "
+            f"{run} ({_workers(row['replicas'])}): speed-up {ratio_text(ratio)} over "
             f"{reference} ({_workers(ref['replicas'])}); "
             f"ideal {ideal:.0f}×, parallel efficiency {_efficiency(ratio, ideal)}."
         )
@@ -158,8 +157,8 @@ def sweep(study: Study) -> list[str]:
     lines.append(
         f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: training time "
         f"{_s(ok.at[first, 'train_time_s'])} → {_s(ok.at[last, 'train_time_s'])}, "
-        f"{_ratio(time)}; test accuracy {_percent(ok.at[first, 'test_accuracy'])} → "
-        f"{_percent(ok.at[last, 'test_accuracy'])}, {_points(accuracy)}; the means are "
+        f"{ratio_text(time)}; test accuracy {_percent(ok.at[first, 'test_accuracy'])} → "
+        f"{_percent(ok.at[last, 'test_accuracy'])}, {points_text(accuracy)}; the means are "
         f"{_trend(ok['test_accuracy'])}."
     )
     return lines
@@ -180,7 +179,7 @@ def warm_process(study: Study) -> list[str]:
         ratio = stats.ratio(later, _steady_epochs(seeds[0]))
         if ratio is None:  # one epoch: no steady epochs
             continue
-        parts.append(f"{run} {_ratio(ratio)}")
+        parts.append(f"{run} {ratio_text(ratio)}")
         if not ratio.has_interval:
             verdicts["no interval"].append(run)
         elif ratio.within_noise:
@@ -228,7 +227,7 @@ def compared_with(study: Study, other: Study) -> list[str]:
                                     other.seed_values(run, "test_accuracy"))  # fmt: skip
         lines.append(
             f"{run}: {_s(row['train_time_s'])} here vs {_s(theirs['train_time_s'])} in "
-            f"{other.key}, {_ratio(speed)} the speed; test accuracy {_points(accuracy)}."
+            f"{other.key}, {ratio_text(speed)} the speed; test accuracy {points_text(accuracy)}."
         )
     return lines
 
@@ -408,7 +407,7 @@ def time_to_accuracy(study: Study) -> list[str]:
             f"evaluation ({row['epochs_to_target']:.1f} epochs)"
         )
         if run != base and base_times is not None:
-            text += f", {_ratio(stats.ratio(times, base_times))} {base}'s"
+            text += f", {ratio_text(stats.ratio(times, base_times))} {base}'s"
         lines.append(text + ".")
     return lines
 
@@ -469,13 +468,13 @@ def _with_interval(text: str, comparison: stats.Comparison, interval: str) -> st
     return f"{text} (95% interval {interval}{noise})"
 
 
-def _ratio(ratio: stats.Comparison) -> str:
+def ratio_text(ratio: stats.Comparison) -> str:
     """'1.62× (95% interval 1.55–1.70×)'."""
     interval = ratio.has_interval and f"{ratio.low:.2f}–{ratio.high:.2f}×"
     return _with_interval(f"{ratio.value:.2f}×", ratio, interval)
 
 
-def _points(difference: stats.Comparison) -> str:
+def points_text(difference: stats.Comparison) -> str:
     """A difference of accuracies in percentage points: '−0.9 points (95% interval −2.1 to
     +0.3, within seed noise)'."""
     interval = difference.has_interval and (

@@ -194,7 +194,7 @@ def _train_rank(rank: int, world: int, port: int, spec: str, data_dir: str, out:
     sync()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    x, y = trainer._to_device(*next(iter(trainer.data.train)))
+    x, y = trainer.to_device(*next(iter(trainer.data.train)))
     outputs, hooks = _layer_outputs(trainer.model)
     trainer.step(x, y, sync=True, divisor=1)
     for h in hooks:

@@ -157,7 +157,7 @@ class Trainer:
             self.drill.start_epoch(epoch + 1, n)
         self.step.sums.zero_()
         for i, (x, y) in enumerate(self._progress(self.data.train, epoch)):
-            x, y = self._to_device(x, y)
+            x, y = self.to_device(x, y)
             last_micro = (i + 1) % k == 0 or i + 1 == n
             # Accumulation (nanoGPT's recipe): the loss of each of a group's micro-batches is
             # divided by the group's size, and only its last micro-step all-reduces.
@@ -179,7 +179,7 @@ class Trainer:
         plain = nn.CrossEntropyLoss(reduction="sum")  # test loss without label smoothing
         sums = torch.zeros(3, device=self.process.device, dtype=torch.float64)
         for x, y in self.data.test:
-            x, y = self._to_device(x, y)
+            x, y = self.to_device(x, y)
             with self.autocast():
                 logits = self.module(x)
             sums[0] += plain(logits.float(), y).double()
@@ -190,7 +190,7 @@ class Trainer:
             raise RuntimeError(f"evaluated {int(count)} test samples, expected {self.data.n_test}")
         return loss_sum / count, correct / count
 
-    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A batch on the training device (a no-op for `loader: device`)."""
         device = self.process.device
         x = x.to(device, non_blocking=True).contiguous(memory_format=self.memory_format)
