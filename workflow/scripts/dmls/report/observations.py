@@ -13,7 +13,7 @@ import pandas as pd
 from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets
 from dmls.report.cells import MIB, seconds
-from dmls.report.study import OK, Study, time_to_target
+from dmls.report.study import OK, Study
 
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
 # that epoch-to-epoch noise of a few parts per thousand is not called overfitting.
@@ -392,10 +392,10 @@ def time_to_accuracy(study: Study) -> list[str]:
         return []
     level = f"{100 * target:g}% test accuracy"
     base = study.baseline
-    base_times = _target_times(study, base) if base in study.ok.index else None
+    base_times = study.seconds_to_target(base) if base in study.ok.index else None
     lines = []
     for run, row in study.ok.iterrows():
-        times = _target_times(study, run)
+        times = study.seconds_to_target(run)
         if times is None:
             lines.append(
                 f"{run}: {row['seeds_to_target']} seeds reached {level} within "
@@ -410,13 +410,6 @@ def time_to_accuracy(study: Study) -> list[str]:
             text += f", {ratio_text(stats.ratio(times, base_times))} {base}'s"
         lines.append(text + ".")
     return lines
-
-
-def _target_times(study: Study, run: str) -> list[float] | None:
-    """Each seed's time to the study's target, None unless every seed reached it."""
-    times = [time_to_target(s["history"], study.target_accuracy)
-             for s in study.metrics[run]["seeds"]]  # fmt: skip
-    return None if any(t is None for t in times) else [t[0] for t in times]
 
 
 def _backend_pairs(study: Study, runs: list[str]) -> list[tuple[str, str]]:

@@ -183,6 +183,12 @@ class Study:
             return [self.runs.at[run, metric]]
         return [seed_value(seed, metric) for seed in self.metrics[run]["seeds"]]
 
+    def seconds_to_target(self, run: str) -> list[float] | None:
+        """Each seed's time to the study's target accuracy, None unless every seed reached it
+        (what the time-to-accuracy comparisons are computed from)."""
+        reached = seeds_to_target(self.metrics[run], self.target_accuracy)
+        return None if None in reached else [r[0] for r in reached]
+
     @property
     def single_seed_runs(self) -> list[str]:
         """The finished runs that trained one seed: their numbers have no interval."""
@@ -266,12 +272,18 @@ def time_to_target(history: list[dict[str, Any]], target: float) -> tuple[float,
     return None
 
 
+def seeds_to_target(metrics: dict[str, Any], target: float) -> list[tuple[float, int] | None]:
+    """Each seed's (seconds, epochs) to `target` (`time_to_target`), None where it never got
+    there."""
+    return [time_to_target(seed["history"], target) for seed in metrics["seeds"]]
+
+
 def _to_target(metrics: dict[str, Any], target: float) -> dict[str, Any]:
     """A run's time and epochs to `target` (mean and 95% interval over its seeds, numbers only
     when every seed reached it) and how many seeds did."""
     if metrics["status"] != OK:
         return {}
-    reached = [time_to_target(seed["history"], target) for seed in metrics["seeds"]]
+    reached = seeds_to_target(metrics, target)
     hits = [r for r in reached if r is not None]
     row: dict[str, Any] = {"seeds_to_target": f"{len(hits)} of {len(reached)}"}
     if len(hits) == len(reached):

@@ -281,11 +281,13 @@ def zero1_largest_share(numels: list[int], n: int) -> int:
     return max(loads)
 
 
-def tensor_shapes(spec: RunSpec, input_shape: list[int], classes: int) -> list[tuple[int, ...]]:
-    """The shapes of the model's parameters (built on the meta device: no memory)."""
+def layout(spec: RunSpec, input_shape: list[int], classes: int) -> tuple[list[tuple], list[int]]:
+    """The model built on the meta device (no memory): its parameters' shapes, and the bytes
+    (fp32) of each layer FSDP2 gathers."""
     with torch.device("meta"):
         model = build_model(spec.model, input_shape, classes)
-    return [tuple(p.shape) for p in model.parameters()]
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    return shapes, [4 * sum(p.numel() for p in u.parameters()) for u in shard_units(model)]
 
 
 def expected_state(strategy: str, shapes: list[tuple[int, ...]], n: int) -> int:
@@ -299,13 +301,6 @@ def expected_state(strategy: str, shapes: list[tuple[int, ...]], n: int) -> int:
     if strategy == "optimizer":
         return 8 * p + 8 * zero1_largest_share(numels, n)
     return 16 * sum(math.ceil(s[0] / n) * math.prod(s[1:]) for s in shapes)
-
-
-def layer_bytes(spec: RunSpec, input_shape: list[int], classes: int) -> list[int]:
-    """Bytes (fp32) of each layer FSDP2 gathers: the model built on the meta device."""
-    with torch.device("meta"):
-        model = build_model(spec.model, input_shape, classes)
-    return [4 * sum(p.numel() for p in u.parameters()) for u in shard_units(model)]
 
 
 def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | None,
@@ -385,7 +380,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
                     continue
                 log.info("D4: %s (%s) on %d %s rank(s)", strategy, STAGES[strategy], n, device)
                 shape = manifest["input_shape"], manifest["num_classes"]
-                shapes, layers = tensor_shapes(spec, *shape), layer_bytes(spec, *shape)
+                shapes, layers = layout(spec, *shape)
                 try:
                     records = measure(spec, data_dir, out_dir)
                 except SetupFailed as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from torch import nn
@@ -118,9 +119,7 @@ class WideMLP(nn.Module):
         activation: str,
     ) -> None:  # fmt: skip
         super().__init__()
-        features = 1
-        for n in input_shape:
-            features *= n
+        features = math.prod(input_shape)
         blocks: list[nn.Module] = [nn.Flatten()]
         for i in range(layers):
             blocks += [nn.Linear(features if i == 0 else hidden, hidden), ACTIVATIONS[activation]()]
