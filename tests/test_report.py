@@ -663,6 +663,7 @@ def test_both_reports_caption_each_figure_kind_with_the_same_words():
         "generalization",
         "comparison",
         "time_to_accuracy",
+        "energy",
     }
     assert set(texts["figures"]) == kinds | {"no_results"}
     rst = captions.for_snakemake_report(texts, baseline="b<1>", compare_with="c")

@@ -22,7 +22,9 @@ SUMMARY_COLUMNS = [
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "best_test_accuracy",
     "train_time_s", "first_epoch_s", "steady_epoch_s", "wall_time_s", "samples_per_s",
     "peak_gpu_mem_allocated_bytes",
-    "peak_gpu_mem_reserved_bytes", "peak_host_rss_bytes", "gpu_names", "hostnames",
+    "peak_gpu_mem_reserved_bytes", "peak_host_rss_bytes",
+    "train_energy_j", "eval_energy_j", "steady_epoch_energy_j", "energy_reason",
+    "gpu_names", "hostnames",
     "slurm_job_id", "seeds",
     *(f"{m}_ci95" for m in SUMMARY_METRICS),
 ]  # fmt: skip
@@ -62,6 +64,8 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
             "peak_host_rss_bytes": max(r["peak_host_rss_bytes"] for r in ranks),
             "gpu_names": ";".join(sorted({g["name"] for g in gpus})) or None,
             "hostnames": ";".join(sorted({r["hostname"] for r in ranks})),
+            # Why the energy columns are empty (a CPU run, no NVML), where they are.
+            "energy_reason": (metrics.get("energy") or {}).get("reason"),
         }
     spec = pd.json_normalize(metrics["spec"], sep=".").iloc[0].to_dict()
     row |= {f"spec.{k}": joined(v) for k, v in spec.items() if k not in ("study", "run")}

@@ -50,6 +50,11 @@ def mib(value: float) -> str:
     return f"{value / MIB:.1f}"
 
 
+def joules(value: float) -> str:
+    """Energy: whole joules from 100 J up, three significant digits below."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def number(value: Any) -> str:
     """Any value of a table without column formats (the special studies' CSVs): integers with
     thousands separators, other floats to 4 significant digits, booleans as yes/no."""
@@ -95,4 +100,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "time_to_target_s": seconds,
     "epochs_to_target": fixed(".1f"),
     "seeds_to_target": str,
+    "train_energy_j": joules,
+    "steady_epoch_energy_j": joules,
+    "energy_to_target_j": joules,
 }

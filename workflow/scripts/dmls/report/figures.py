@@ -110,13 +110,33 @@ def _time_memory_accuracy(study: Study) -> list[tuple[str, str, float]]:
 
 def overview(study: Study, path: Path) -> Path:
     """Training time, peak memory and test accuracy of every run, side by side."""
+    return _bars(study, _time_memory_accuracy(study), path)
+
+
+def energy(study: Study, path: Path) -> Path:
+    """The GPUs' energy per steady epoch, their mean power in training and, with a target
+    accuracy, the energy to reach it, every run side by side."""
+    panels = [
+        ("steady_epoch_energy_j", "GPU energy per steady epoch (J)", 1.0),
+        ("train_power_w", "mean GPU power in training (W)", 1.0),
+    ]
+    if study.target_accuracy is not None:
+        target = f"{100 * study.target_accuracy:g}%"
+        panels.append(("energy_to_target_j", f"GPU energy to {target} test acc. (J)", 1.0))
+    return _bars(study, panels, path)
+
+
+def _bars(study: Study, panels: list[tuple[str, str, float]], path: Path) -> Path:
+    """One horizontal bar per run in each panel (column, axis label, divisor), with the 95%
+    interval where the column has one; runs without numbers are labelled with their status."""
     runs = list(study.runs.index)
     ok = study.runs["status"] == OK
-    panels = _time_memory_accuracy(study)
-    fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 0.9 + 0.38 * len(runs)))
+    fig, axes = plt.subplots(1, len(panels), layout="constrained",
+                             figsize=(4 * len(panels), 0.9 + 0.38 * len(runs)))  # fmt: skip
     y = np.arange(len(runs))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         values = [study.runs.at[r, column] / scale if ok[r] else np.nan for r in runs]
+        values = [np.nan if missing(v) else v for v in values]
         errors = [_ci95(study, r, column, scale) for r in runs]  # none without numbers
         ax.barh(y, values, xerr=errors, capsize=3, color=[_color(study, r) for r in runs])
         for yi, value, error in zip(y, values, errors, strict=True):
@@ -315,6 +335,8 @@ def study_figures(study: Study, other: Study | None, folder: Path) -> list[tuple
         figures.append(("curves", overlay(study, folder / "curves.png")))
     if study.histories and study.target_accuracy is not None:
         figures.append(("time_to_accuracy", accuracy_over_time(study, folder / "time.png")))
+    if study.energy_measured:
+        figures.append(("energy", energy(study, folder / "energy.png")))
     if study.scales_workers and study.runs.at[study.baseline, "status"] == OK:
         figures.append(("speedup", speedup(study, folder / "speedup.png")))
     if study.is_grid:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets
-from dmls.report.cells import MIB, seconds
+from dmls.report.cells import MIB, joules, seconds
 from dmls.report.study import OK, Study
 
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
@@ -412,6 +412,37 @@ def time_to_accuracy(study: Study) -> list[str]:
     return lines
 
 
+def energy_use(study: Study) -> list[str]:
+    """The GPUs' energy (NVML) of every finished run against the baseline's: per steady epoch
+    and, with a target accuracy, to reach it, as ratios over the seeds; the reason wherever
+    finished runs have no energy."""
+    lines = [
+        f"No GPU energy for {', '.join(runs)}: {reason}."
+        for reason, runs in study.no_energy_reasons.items()
+    ]
+    if not study.energy_measured:
+        return lines
+    base = study.baseline
+    measured = study.ok[study.ok["train_energy_j"].notna()]
+    # Per steady epoch; over the whole training where runs had a single epoch.
+    column, per = "steady_epoch_energy_j", "per steady epoch"
+    if measured[column].isna().any():
+        column, per = "train_energy_j", "over its training"
+    for run, row in measured.iterrows():
+        text = (
+            f"{run} draws {joules(row[column])} J {per} on its GPUs, "
+            f"{row['train_power_w']:.0f} W on average in training"
+        )
+        if run != base and base in measured.index:
+            ratio = _compare(stats.ratio, study, run, base, column)
+            text += f", {ratio_text(ratio)} {base}'s energy"
+            to_target = study.target_accuracy and [study.joules_to_target(r) for r in (run, base)]
+            if to_target and None not in to_target:
+                text += f"; to the target, {ratio_text(stats.ratio(*to_target))}"
+        lines.append(text + ".")
+    return lines
+
+
 def _backend_pairs(study: Study, runs: list[str]) -> list[tuple[str, str]]:
     """(slower backend's run, other run) for runs whose specs differ in the backend only."""
 
@@ -438,7 +469,7 @@ def all_observations(
 ) -> list[str]:
     lines = seed_note(study) + versus_baseline(study) + scaling(study) + sweep(study)
     lines += communication(study, collectives)
-    lines += time_to_accuracy(study)
+    lines += time_to_accuracy(study) + energy_use(study)
     lines += warm_process(study) + precision_check(study) + step_check(study)
     if other is not None:
         lines += compared_with(study, other)

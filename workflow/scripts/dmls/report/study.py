@@ -52,8 +52,15 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
 # (not host RSS, the job's peak over its ranks; not the epoch count, which only varies with
 # early stopping).
 INTERVAL_COLUMNS = frozenset(SUMMARY_METRICS) - {"epochs_completed"}
-# With a study's `target_accuracy`: the time and epochs to reach it, with their intervals.
-TARGET_COLUMNS = frozenset({"time_to_target_s", "epochs_to_target"})
+# With a study's `target_accuracy`: the time, epochs and GPU energy to reach it, with their
+# intervals.
+TARGET_COLUMNS = frozenset({"time_to_target_s", "epochs_to_target", "energy_to_target_j"})
+# Where the runs' GPUs reported energy (training/energy.py): joules per steady epoch and over
+# the whole training.
+ENERGY_COLUMNS: list[tuple[str, str]] = [
+    ("steady_epoch_energy_j", "Steady epoch energy, GPUs (J)"),
+    ("train_energy_j", "Training energy, GPUs (J)"),
+]
 
 
 def baseline_run(settings: dict[str, Any], runs: Sequence[str]) -> str:
@@ -85,6 +92,9 @@ class Study:
                 f"studies.{key}.baseline: {baseline!r} is not one of its runs {list(by_run)}"
             )
         runs["gpu_mem_per_gpu"] = [_gpu_memory_per_gpu(m) for m in metrics]
+        # The GPUs' mean power in training: their joules over the seconds, means over seeds.
+        if "train_energy_j" in runs:  # (no run that trained: no such column)
+            runs["train_power_w"] = runs["train_energy_j"].astype(float) / runs["train_time_s"]
         target = settings.get("target_accuracy")
         if target is not None:
             reached = pd.DataFrame([_to_target(m, target) for m in metrics], index=runs.index)
@@ -186,8 +196,34 @@ class Study:
     def seconds_to_target(self, run: str) -> list[float] | None:
         """Each seed's time to the study's target accuracy, None unless every seed reached it
         (what the time-to-accuracy comparisons are computed from)."""
+        return self._to_target_values(run, 0)
+
+    def joules_to_target(self, run: str) -> list[float] | None:
+        """Each seed's GPU energy to the target accuracy, None unless every seed reached it
+        with its energy measured."""
+        return self._to_target_values(run, 2)
+
+    def _to_target_values(self, run: str, i: int) -> list[float] | None:
         reached = seeds_to_target(self.metrics[run], self.target_accuracy)
-        return None if None in reached else [r[0] for r in reached]
+        values = [None if r is None else r[i] for r in reached]
+        return None if None in values else values
+
+    @property
+    def energy_measured(self) -> bool:
+        """Whether any finished run has its GPUs' energy (the energy columns, figure and
+        comparisons are shown only then)."""
+        ok = self.ok
+        return not ok.empty and ok["train_energy_j"].notna().any()
+
+    @property
+    def no_energy_reasons(self) -> dict[str, list[str]]:
+        """Why finished runs have no energy: reason -> runs."""
+        reasons: dict[str, list[str]] = {}
+        for run, row in self.ok.iterrows():
+            if pd.isna(row["train_energy_j"]):
+                reason = row.get("energy_reason") or "not recorded (metrics from before energy)"
+                reasons.setdefault(reason, []).append(run)
+        return reasons
 
     @property
     def single_seed_runs(self) -> list[str]:
@@ -197,16 +233,20 @@ class Study:
 
     @property
     def result_columns(self) -> list[tuple[str, str]]:
-        """RESULT_COLUMNS, and with a target accuracy the time and epochs to reach it."""
+        """RESULT_COLUMNS, the GPU energy where it was measured, and with a target accuracy the
+        time, epochs (and energy) to reach it."""
+        energy = self.energy_measured
+        columns = [*RESULT_COLUMNS, *(ENERGY_COLUMNS if energy else [])]
         if self.target_accuracy is None:
-            return RESULT_COLUMNS
+            return columns
         target = f"{100 * self.target_accuracy:g}%"
-        return [
-            *RESULT_COLUMNS,
+        columns += [
             ("time_to_target_s", f"Time to {target} test acc. (s)"),
             ("epochs_to_target", f"Epochs to {target}"),
-            ("seeds_to_target", "Seeds that reached it"),
         ]
+        if energy:
+            columns.append(("energy_to_target_j", f"GPU energy to {target} (J)"))
+        return [*columns, ("seeds_to_target", "Seeds that reached it")]
 
     def results_table(self) -> dict[str, Any]:
         """The results of every run, each mean over seeds with its 95% interval; runs that did
@@ -260,21 +300,30 @@ def _ci95(row: pd.Series, column: str) -> float | None:
     return row.get(f"{column}_ci95") if column in INTERVAL_COLUMNS | TARGET_COLUMNS else None
 
 
-def time_to_target(history: list[dict[str, Any]], target: float) -> tuple[float, int] | None:
-    """(seconds, epochs) until the first epoch whose test accuracy reaches `target`: the
-    training and evaluation time of the epochs up to it (the job's launch and setup are not
-    counted, as MLPerf's time-to-train starts with the run). None when no epoch reaches it."""
-    seconds = 0.0
+def time_to_target(
+    history: list[dict[str, Any]], target: float
+) -> tuple[float, int, float | None] | None:
+    """(seconds, epochs, joules) until the first epoch whose test accuracy reaches `target`:
+    the training and evaluation time of the epochs up to it (the job's launch and setup are not
+    counted, as MLPerf's time-to-train starts with the run), and the GPUs' energy in them
+    (None unmeasured). None when no epoch reaches it."""
+    seconds, joules = 0.0, 0.0
     for epoch in history:
         seconds += epoch["train_time_s"] + epoch["eval_time_s"]
+        if joules is not None and "train_energy_j" in epoch:
+            joules += epoch["train_energy_j"] + epoch["eval_energy_j"]
+        else:
+            joules = None
         if epoch["test_accuracy"] >= target:
-            return seconds, epoch["epoch"]
+            return seconds, epoch["epoch"], joules
     return None
 
 
-def seeds_to_target(metrics: dict[str, Any], target: float) -> list[tuple[float, int] | None]:
-    """Each seed's (seconds, epochs) to `target` (`time_to_target`), None where it never got
-    there."""
+def seeds_to_target(
+    metrics: dict[str, Any], target: float
+) -> list[tuple[float, int, float | None] | None]:
+    """Each seed's (seconds, epochs, joules) to `target` (`time_to_target`), None where it
+    never got there."""
     return [time_to_target(seed["history"], target) for seed in metrics["seeds"]]
 
 
@@ -287,9 +336,11 @@ def _to_target(metrics: dict[str, Any], target: float) -> dict[str, Any]:
     hits = [r for r in reached if r is not None]
     row: dict[str, Any] = {"seeds_to_target": f"{len(hits)} of {len(reached)}"}
     if len(hits) == len(reached):
-        for i, column in enumerate(("time_to_target_s", "epochs_to_target")):
-            estimate = stats.mean_interval([h[i] for h in hits])
-            row |= {column: estimate.mean, f"{column}_ci95": estimate.half_width}
+        for i, column in enumerate(("time_to_target_s", "epochs_to_target", "energy_to_target_j")):
+            values = [h[i] for h in hits]
+            if None not in values:  # (energy: None in a seed where it was not measured)
+                estimate = stats.mean_interval(values)
+                row |= {column: estimate.mean, f"{column}_ci95": estimate.half_width}
     return row
 
 

@@ -22,11 +22,13 @@ FINAL_METRICS = (
 )  # fmt: skip
 TIMING_METRICS = ("train_time_s", "first_epoch_s", "steady_epoch_s", "samples_per_s")
 MEMORY_METRICS = ("peak_gpu_mem_allocated_bytes", "peak_gpu_mem_reserved_bytes")
-SUMMARY_METRICS = (*FINAL_METRICS, *TIMING_METRICS, *MEMORY_METRICS)
+# The GPUs' joules (training/energy.py), where measured.
+ENERGY_METRICS = ("train_energy_j", "eval_energy_j", "steady_epoch_energy_j")
+SUMMARY_METRICS = (*FINAL_METRICS, *TIMING_METRICS, *MEMORY_METRICS, *ENERGY_METRICS)
 # Per-epoch columns of a seed's history that are averaged, and those drawn with their spread.
 HISTORY_METRICS = (
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "train_time_s", "eval_time_s",
-    "lr",
+    "lr", "train_energy_j", "eval_energy_j",
 )  # fmt: skip
 HISTORY_SPREAD = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
 
@@ -37,6 +39,8 @@ def seed_value(seed: dict[str, Any], metric: str) -> float | None:
         return seed["final"][metric]
     if metric in TIMING_METRICS:
         return seed["timing"][metric]
+    if metric in ENERGY_METRICS:
+        return (seed.get("energy") or {}).get(metric)  # (no key: a seed kept from before)
     return seed[metric]
 
 
@@ -61,7 +65,7 @@ def mean_history(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for epoch, rows in sorted(by_epoch.items()):
         entry: dict[str, Any] = {"epoch": epoch, "seeds": len(rows)}
         for metric in HISTORY_METRICS:
-            estimate = mean_interval([r[metric] for r in rows])
+            estimate = mean_interval([r.get(metric) for r in rows])  # (energy: not everywhere)
             entry[metric] = None if estimate is None else estimate.mean
             if metric in HISTORY_SPREAD:
                 entry[f"{metric}_ci95"] = None if estimate is None else estimate.half_width

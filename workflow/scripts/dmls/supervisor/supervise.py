@@ -46,7 +46,7 @@ from dmls.training.faults import Fault
 METRICS_VERSION = 2
 HISTORY_COLUMNS = (
     "seed", "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
-    "train_time_s", "eval_time_s", "lr",
+    "train_time_s", "eval_time_s", "lr", "train_energy_j", "eval_energy_j",
 )  # fmt: skip
 # How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
 STOP_GRACE_S = 15

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from dmls.data.loaders import Loaders
+from dmls.training import energy
 from dmls.training.parallel import Process
 
 
@@ -115,6 +116,8 @@ def seed_result(
         # The largest over the job's GPUs (None on CPUs); each GPU's is in the run's `ranks`.
         "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
         "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
+        # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
+        "energy": energy.summary(history),
         "effective_precision": "/".join(sorted(set(effective_precisions))),
         "fp8_linear_layers": fp8_linear_layers,
         # The model's parameters (whole, however the strategy shards them): what DDP
@@ -138,10 +141,12 @@ def job_result(
     times: dict[str, float],
     world_size: int,
     ranks: list[dict[str, Any]],
+    no_energy: str | None = None,
 ) -> dict[str, Any]:
     """The job's result: every seed's (`seed_result`), and how the job's seconds went. `times`
     holds perf_counter stamps: `start`, `joined` (the process group), `fit_start` (the first
-    seed's trainer built) and `fit_end` (the last seed done). The supervisor adds the seeds'
+    seed's trainer built) and `fit_end` (the last seed done); `no_energy` why the GPUs' energy
+    was not measured (energy.agree), None when it was. The supervisor adds the seeds'
     means and intervals (dmls/supervisor/repeats.py)."""
     diverged = [s for s in seeds if s["status"] != "ok"]
     first = seeds[0]
@@ -176,6 +181,7 @@ def job_result(
         "data": first["data"],
         "world_size": world_size,
         "ranks": ranks,
+        "energy": {"measured": no_energy is None, "reason": no_energy, "counts": energy.COUNTS},
     }
 
 

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from dmls.config.spec import RunSpec, SpecError
 from dmls.data.loaders import load_manifest, make_loaders
-from dmls.training import checkpoint
+from dmls.training import checkpoint, energy
 from dmls.training.faults import Drill
 from dmls.training.models import build_model
 from dmls.training.optimizers import make_scheduler
@@ -69,11 +69,15 @@ class Trainer:
         data_dir: Path,
         *,
         fused_optimizer: bool | None = None,
+        meter: energy.EnergyMeter | None = None,
     ) -> None:
         """`fused_optimizer` overrides the choice of the optimizer's kernels (by default fused
         with the fast step, as the course's code without it): D4 steps eagerly, as sharded
-        strategies must, yet compares their memory without foreach's temporaries."""
+        strategies must, yet compares their memory without foreach's temporaries. With a
+        `meter` (the same on every rank: energy.agree), each epoch records the joules its
+        training and evaluation drew on all ranks' GPUs."""
         self.spec, self.strategy, self.process = spec, strategy, process
+        self.meter = meter
         device = process.device
         # Every generator from the seed first: a seed trained after others in the same process
         # draws exactly what it would draw in a job of its own (its data order, augmentation,
@@ -224,13 +228,13 @@ class Trainer:
         while progress.epoch < spec.epochs and not progress.stopped_early_epoch:
             epoch = progress.epoch
             self.synchronize()
-            t0 = time.perf_counter()
+            t0, j0 = time.perf_counter(), self._joules()
             train_loss, train_acc = self.train_epoch(epoch)
             self.synchronize()
-            t1 = time.perf_counter()
+            t1, j1 = time.perf_counter(), self._joules()
             test_loss, test_acc = self.evaluate()
             self.synchronize()
-            t2 = time.perf_counter()
+            t2, j2 = time.perf_counter(), self._joules()
             progress.history.append(
                 {
                     "epoch": epoch + 1,
@@ -242,6 +246,7 @@ class Trainer:
                     "eval_time_s": t2 - t1,
                     "lr": self.optimizer.param_groups[0]["lr"],
                 }
+                | self._epoch_energy(j1 - j0, j2 - j1)
             )
             if self.process.is_main:
                 print(
@@ -276,6 +281,18 @@ class Trainer:
             "diverged_epoch": diverged_epoch,
             "resumed_from_epoch": resumed_from_epoch,
         }
+
+    def _joules(self) -> float:
+        return self.meter.joules() if self.meter is not None else 0.0
+
+    def _epoch_energy(self, train_j: float, eval_j: float) -> dict[str, float]:
+        """An epoch's joules in training and in evaluation, summed over the ranks (outside
+        the timed windows); {} without a meter."""
+        if self.meter is None:
+            return {}
+        joules = torch.tensor([train_j, eval_j], dtype=torch.float64, device=self.process.device)
+        train_j, eval_j = self.process.all_reduce_sum(joules).tolist()
+        return {"train_energy_j": train_j, "eval_energy_j": eval_j}
 
     # -- checkpoints (training/checkpoint.py says what they hold and why)
     def _save_checkpoint(self, path: Path, progress: Progress) -> None:
@@ -361,6 +378,8 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
     times["joined"] = time.perf_counter()
     torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
     gpus = strategy.gpu_indices()
+    meter, no_energy = energy.EnergyMeter.open(gpus)
+    meter, no_energy = energy.agree(meter, process.gather(no_energy))
     job_peaks = dict.fromkeys(gpus, (0, 0))  # each GPU's peak over the seeds
     seeds = []
     for k, seed_spec in enumerate(spec.seed_specs()):
@@ -377,7 +396,7 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
         else:
             reset_gpu_peaks(gpus)
             built = time.perf_counter()
-            trainer = Trainer(seed_spec, strategy, process, data_dir)
+            trainer = Trainer(seed_spec, strategy, process, data_dir, meter=meter)
             fit_start = time.perf_counter()
             outcome = trainer.fit(path)
             fit_s = time.perf_counter() - fit_start
@@ -407,7 +426,9 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
     ranks = process.gather(rank_facts(process, gpus, job_peaks))
     result = None
     if process.is_main:
-        result = job_result(seeds, times=times, world_size=process.world_size, ranks=ranks)
+        result = job_result(
+            seeds, times=times, world_size=process.world_size, ranks=ranks, no_energy=no_energy
+        )
     strategy.close()
     if result is not None:
         end = time.perf_counter()

@@ -1,0 +1,89 @@
+"""GPU energy, read from NVML's total-energy counter (nvidia-ml-py).
+
+`nvmlDeviceGetTotalEnergyConsumption` counts the millijoules a GPU board drew since the driver
+loaded (Volta and newer). Each rank reads the counters of its own GPUs around every epoch's
+training and its evaluation (training/trainer.py); the differences, summed over the ranks, are
+the run's joules. What is counted is the GPU boards alone: not the CPUs, memory, disks or
+network of the host, so it compares the GPU side of strategies and precisions, not a whole
+machine's bill. Where NVML or its counter is missing (a CPU run, no driver, an older GPU), no
+rank measures anything and the reason is recorded instead of a number.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+# What the joules cover, as metrics.json says it.
+COUNTS = "GPU boards only (NVML total-energy counter), not CPUs, host memory or network"
+# Every rank's GPUs must report energy, or the run's sum would leave some out.
+_SOME_RANKS = "not every rank's GPUs report energy"
+
+
+class EnergyMeter:
+    """The total-energy counters of one rank's GPUs."""
+
+    def __init__(self, nvml: Any, handles: list[Any]) -> None:
+        self._nvml, self._handles = nvml, handles
+
+    @classmethod
+    def open(cls, gpu_indices: list[int]) -> tuple[EnergyMeter | None, str | None]:
+        """(meter, None) for this rank's CUDA devices `gpu_indices`, or (None, why not)."""
+        if not gpu_indices:
+            return None, "a CPU run: NVML counts GPU energy only"
+        try:
+            import pynvml
+        except ImportError:
+            return None, "nvidia-ml-py (pynvml) is not installed"
+        import torch
+
+        try:
+            pynvml.nvmlInit()
+            # By UUID: CUDA's device numbers follow CUDA_VISIBLE_DEVICES, NVML's do not.
+            handles = [
+                pynvml.nvmlDeviceGetHandleByUUID(_nvml_uuid(torch.cuda.get_device_properties(i)))
+                for i in gpu_indices
+            ]
+            for handle in handles:
+                pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        except pynvml.NVMLError as e:
+            return None, f"NVML has no energy counter here: {e}"
+        return cls(pynvml, handles), None
+
+    def joules(self) -> float:
+        """The counters' sum, in joules (a difference of two readings is the energy between)."""
+        return sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1e3
+
+
+def agree(
+    meter: EnergyMeter | None, reasons: list[str | None]
+) -> tuple[EnergyMeter | None, str | None]:
+    """The meter this rank uses, given every rank's reason for having none (None where it has
+    one): a run measures only when all its ranks do, so that their sum is the run's energy.
+    (meter or None, why not), the same verdict on every rank."""
+    missing = [r for r in reasons if r is not None]
+    if not missing:
+        return meter, None
+    if len(missing) < len(reasons):
+        return None, f"{_SOME_RANKS}: {missing[0]}"
+    return None, missing[0]
+
+
+def summary(history: list[dict[str, Any]]) -> dict[str, float | None] | None:
+    """A seed's joules from its epochs (`train_energy_j`, `eval_energy_j`): in training, in
+    evaluation, and the steady epoch's (median of epochs 2..E, like its time). None unless
+    every epoch was measured (a seed resumed on a host without the counter)."""
+    if not history or any("train_energy_j" not in h for h in history):
+        return None
+    train = [h["train_energy_j"] for h in history]
+    return {
+        "train_energy_j": sum(train),
+        "eval_energy_j": sum(h["eval_energy_j"] for h in history),
+        "steady_epoch_energy_j": statistics.median(train[1:]) if len(train) > 1 else None,
+    }
+
+
+def _nvml_uuid(properties: Any) -> str:
+    """NVML's spelling of a device's UUID ('GPU-…'), from torch's device properties."""
+    uuid = str(properties.uuid)
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
