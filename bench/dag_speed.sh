@@ -7,6 +7,7 @@
 #     (default: $OUT, else results/dag; 3000 s; every job. A TARGET is a path under the
 #     results folder, e.g. runs/parallelism/ddp_2gpu/metrics.json: only the jobs it needs)
 #   ISOLATION=devices bash bench/dag_speed.sh ...     (jobs side by side; default: host)
+#   EXTRA_CONFIG=file.yaml bash bench/dag_speed.sh ... (config keys over the ones below)
 # Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
 # of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv and report.html.
 set -uo pipefail
@@ -31,7 +32,7 @@ YAML
 start=$SECONDS
 # Targets first: --configfile takes every word after it.
 timeout "$limit" python3 -m snakemake "${targets[@]}" --cores all --resources gpu="$gpus" \
-  --configfile /tmp/dmls-dag.yaml >"$out/snakemake.log" 2>&1
+  --configfile /tmp/dmls-dag.yaml ${EXTRA_CONFIG:+"$EXTRA_CONFIG"} >"$out/snakemake.log" 2>&1
 status=$?
 wall=$((SECONDS - start))
 tail -n 3 "$out/snakemake.log"
