@@ -375,6 +375,12 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
         gap = predicted[a] - predicted[b]
         share = f"; the all-reduce accounts for {gap / measured.value:.0%} of the gap" if (
             measured.value > 0 and gap > 0) else ""  # fmt: skip
+        if measured.has_interval and measured.low <= gap <= measured.high:
+            share += ", and the prediction lies inside the measured interval"
+        elif measured.has_interval and gap > measured.high:
+            share += ": more than the gap, as DDP hides part of each all-reduce behind the backward"
+        elif measured.has_interval and gap > 0:
+            share += ": the rest of the gap is not the all-reduce"
         interval = measured.has_interval and f"{_s(measured.low)} to {_s(measured.high)}"
         lines.append(
             f"{a} vs {b}: their steady epochs differ by "
