@@ -199,9 +199,7 @@ def test_the_study_shows_energy_per_epoch_and_to_the_target_with_intervals(tmp_p
 
 
 def test_runs_without_energy_show_the_reason_and_no_energy_column(tmp_path):
-    metrics = [
-        fake_metrics(run, launcher="single", epochs=2, gpu_mib=None) for run in ("a", "b")
-    ]
+    metrics = [fake_metrics(run, launcher="single", epochs=2, gpu_mib=None) for run in ("a", "b")]
     for m in metrics:
         m["energy"] = {"measured": False, "reason": "a CPU run: NVML counts GPU energy only"}
     study = Study.from_metrics("parallelism", {}, metrics)
