@@ -86,3 +86,20 @@ def test_sharding_needs_torchrun_and_fsdp_refuses_fp8():
     with pytest.raises(SpecError, match=r"\.sharding: 'full' \(FSDP2\) with precision 'fp8'"):
         make_spec(sharding="full", launcher="torchrun", nproc_per_node=2, precision="fp8",
                   device="cuda", backend="nccl")  # fmt: skip
+
+
+def test_predicted_peaks_follow_each_strategys_timeline():
+    """Layers of 40, 400, 400, 400 and 8 bytes of weights (P = 312 parameters), N = 4, 100
+    bytes of layer outputs. DDP and ZeRO-1: state + 4·P of buckets. ZeRO-2: weights and Adam
+    state (3/4 of 16·P/N = 936) + every gathered weight (1,248) + two of the largest gradients.
+    ZeRO-3: 936 + max over layers k of the reduced shards after k, 2·W(k), W(k−1) and W(k+1):
+    at k = 1 (the second layer), 808/4 + 800 + 40 + 400 = 1,442; k = 2: 102 + 800 + 800 = 1,702;
+    k = 3: 2 + 800 + 400 + 8 = 1,210."""
+    from dmls.special.sharding import predicted_peak
+
+    layers, p, n = [40, 400, 400, 400, 8], 312, 4
+    state = 16 * p // n  # 1,248
+    assert predicted_peak("none", 16 * p, p, layers, n, 100) == 16 * p + 4 * p + 100
+    assert predicted_peak("optimizer", 3000, p, layers, n, 100) == 3000 + 4 * p + 100
+    assert predicted_peak("gradients", state, p, layers, n, 100) == 936 + 1248 + 800 + 100
+    assert predicted_peak("full", state, p, layers, n, 100) == 936 + 1702 + 100

@@ -261,6 +261,11 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     assert re.search(r"gloo_b32: the collectives sweep puts one all-reduce of its [\d.]+ MiB "
                      r"gradient \(gloo, cpu tensors, 2 processes", page)  # fmt: skip
     assert "sharding" in page and "ZeRO-3" in page
+    # No GPU energy on a CPU host: each study says why, and no energy column or figure shows.
+    assert page.count("No GPU energy for ") == len(EXPECTED_RUNS)
+    assert "a CPU run: NVML counts GPU energy only" in page and "energy, GPUs (J)" not in page
+    energy = pd.read_csv(dag / "runs.csv").query("status == 'ok'")
+    assert energy["train_energy_j"].isna().all() and energy["energy_reason"].notna().all()
     assert "SYNTHETIC" in page and "Course reference (other students" in page
 
 

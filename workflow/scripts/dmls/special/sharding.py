@@ -28,16 +28,24 @@ P parameters, N ranks, U the largest layer's parameters, A the forward's layer o
 | none      | 16·P              | 16·P + 4·P (DDP's gradient buckets) + A                |
 | optimizer | (8 + 8/N)·P       | (8 + 8/N)·P + 4·P (buckets) + A                        |
 | gradients | 16·P/N            | 12·P/N + 4·P (gathered weights) + 2·4·U + A            |
-| full      | 16·P/N            | 16·P/N + 3·4·U (two layers' weights, one grad) + A     |
+| full      | 16·P/N            | 12·P/N + max over layers k of B(k) + A (below)         |
 
 Where the peaks fall: DDP's and ZeRO-1's at the end of the backward, every gradient and its
 bucket copy alive. ZeRO-2's early in the backward: every layer's weights gathered since the
 forward, while this step's sharded gradients don't exist yet (the last step's were freed by
 zero_grad); each layer's backward then frees its gathered weights and adds its gradient's 1/N,
 and two layers' unsharded gradients are alive at a time (one being computed, the previous one
-being reduce-scattered on FSDP2's side stream). That is the issue's (4 + 12/N)·P. ZeRO-3's:
-the whole sharded state, with a layer gathered, the next one prefetched and one unsharded
-gradient. (A first version predicted ZeRO-2's peak with every sharded gradient and one
+being reduce-scattered on FSDP2's side stream). That is the issue's (4 + 12/N)·P. ZeRO-3's
+falls in the backward too, where the allocator's history of a step (bench/sharding_memory.py,
+4× H200, N = 2 and 4) shows what is alive beside the sharded weights and Adam state (12·P/N):
+the gradient shards of the layers whose backward is done, and four layer-size buffers, layer
+k's gathered weights and the gradient being computed for them, layer k−1's weights
+prefetched into the all-gather buffer and layer k+1's unsharded gradient in the
+reduce-scatter's input. With W(j) the bytes of layer j's weights, B(k) = Σ_{j>k} W(j)/N +
+2·W(k) + W(k−1) + W(k+1); for the wide MLP the maximum is in the third layer's backward.
+(A first version predicted 16·P/N + 3·4·U, every gradient shard and three buffers: 1.003× the
+peak at N = 2, where the two errors cancelled, and 0.94× at N = 4, which the trace explains.
+A first version predicted ZeRO-2's peak with every sharded gradient and one
 unsharded one, 16·P/N + 4·P + 4·U: the GPU measured 0.90× that, which the timeline above
 explains.)
 
@@ -257,18 +265,26 @@ def closed_form(strategy: str, p: int, n: int) -> int:
     return round({"none": 16 * p, "optimizer": 8 * p + 8 * p / n}.get(strategy, 16 * p / n))
 
 
-def predicted_peak(strategy: str, state: int, p: int, unit: int, activations: int) -> int:
+def predicted_peak(
+    strategy: str, state: int, p: int, layers: list[int], n: int, activations: int
+) -> int:
     """The state as the implementation splits it (`expected_state`) plus what the step holds
-    beside it at its peak (the table above)."""
-    extra = {
-        "none": 4 * p,  # DDP's buckets: the gradients copied for the all-reduce
-        "optimizer": 4 * p,
-        # The gathered weights and two unsharded gradients, before this step's sharded ones
-        # exist (a quarter of the state: `state` counts them).
-        "gradients": 4 * p + 2 * 4 * unit - state // 4,
-        "full": 3 * 4 * unit,  # a layer gathered, the next prefetched, one unsharded gradient
-    }[strategy]
-    return state + extra + activations
+    beside it at its peak (the table above); `layers` holds the bytes of each layer's weights
+    in forward order (`layout`)."""
+    if strategy in ("none", "optimizer"):
+        return state + 4 * p + activations  # DDP's buckets: the gradients copied for all-reduce
+    # FSDP2: this step's sharded gradients (a quarter of the state) don't all exist at the peak.
+    weights_and_adam = state - state // 4
+    if strategy == "gradients":
+        # Every layer's weights gathered since the forward, two unsharded gradients.
+        return weights_and_adam + 4 * p + 2 * max(layers) + activations
+
+    def backward_of(k: int) -> float:  # ZeRO-3, in the backward of layer k (docstring)
+        after = layers[k + 1] if k + 1 < len(layers) else 0
+        before = layers[k - 1] if k > 0 else 0
+        return sum(layers[k + 1 :]) / n + 2 * layers[k] + before + after
+
+    return round(weights_and_adam + max(map(backward_of, range(len(layers)))) + activations)
 
 
 def zero1_largest_share(numels: list[int], n: int) -> int:
@@ -333,7 +349,7 @@ def _row(spec: RunSpec, strategy: str, records: list[dict], shapes: list[tuple[i
     p = worst["parameters"]
     state = worst["params_bytes"] + worst["grads_bytes"] + worst["optimizer_bytes"]
     closed, expected = closed_form(strategy, p, n), expected_state(strategy, shapes, n)
-    predicted = predicted_peak(strategy, expected, p, max(layers) // 4, worst["activations_bytes"])
+    predicted = predicted_peak(strategy, expected, p, layers, n, worst["activations_bytes"])
     peak = max((r["peak_allocated_bytes"] or 0) for r in records) or None
     step = stats.mean_interval([1000 * s for s in records[0]["step_s"]])
     return {
