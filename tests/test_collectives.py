@@ -7,7 +7,8 @@ import pytest
 from dmls.special import collectives, runner
 
 CFG = {
-    "title": "A5x", "processes": [2], "setups": ["gloo-cpu", "nccl-cuda"], "min_bytes": 4,
+    "title": "A5x", "processes": [2],
+    "setups": ["gloo-cpu", "nccl-cuda", "gloo-cpu-nodes", "gloo-cpu-slurm"], "min_bytes": 4,
     "max_bytes": 4 * 16**4, "size_factor": 16, "warmup": 1, "iterations": 3,
 }  # fmt: skip
 
@@ -20,7 +21,7 @@ def summary(tmp_path_factory):
 
 def test_every_collective_and_size_is_timed_with_nccl_tests_bandwidths(summary):
     result, out = summary
-    gloo = [r for r in result["rows"] if r["backend"] == "gloo"]
+    gloo = [r for r in result["rows"] if r["backend"] == "gloo" and r["placement"] == "host"]
     assert [(r["op"], r["size_bytes"]) for r in gloo] == [
         (op, 4 * 16**k) for op in collectives.OPS for k in range(5)
     ]
@@ -33,6 +34,28 @@ def test_every_collective_and_size_is_timed_with_nccl_tests_bandwidths(summary):
     with open(out / "collectives.csv") as f:
         assert len(list(csv.DictReader(f))) == len(result["rows"])
     assert (out / "bandwidth.png").stat().st_size > 10_000
+
+
+def test_gloo_also_runs_between_emulated_nodes_and_between_slurm_nodes(summary):
+    """2 emulated nodes (a torchrun agent each) always; 2 nodes of a Slurm cluster where this
+    host has one (CI starts one), else skipped with the reason."""
+    import shutil
+
+    result, _ = summary
+    rows = result["rows"]
+    nodes = [r for r in rows if r["placement"] == "nodes"]
+    assert [(r["op"], r["size_bytes"]) for r in nodes] == [
+        (op, 4 * 16**k) for op in collectives.OPS for k in range(5)
+    ]
+    assert all(r["status"] == "ok" and r["latency_us"] > 0 for r in nodes)
+    slurm = [r for r in rows if r["placement"] == "slurm"]
+    if shutil.which("srun") is None:
+        assert slurm == [{"backend": "gloo", "device": "cpu", "placement": "slurm", "op": "all",
+                          "processes": 2, "status": "skipped",
+                          "reason": "no Slurm cluster here (srun not found)"}]  # fmt: skip
+    else:
+        assert len(slurm) == len(nodes) and all(r["status"] == "ok" for r in slurm)
+    assert any("on 2 emulated nodes: all-reduce latency" in n for n in result["notes"])
 
 
 def test_a_setup_this_host_cannot_run_is_skipped_with_the_reason(summary):
@@ -49,7 +72,7 @@ def test_a_setup_this_host_cannot_run_is_skipped_with_the_reason(summary):
 def test_the_notes_give_the_cost_of_all_reducing_the_course_gradient(summary):
     result, _ = summary
     assert result["course_gradient_bytes"] == 4 * 620586  # the course CNN's parameters, fp32
-    (note,) = result["notes"]
+    note = result["notes"][0]
     assert note.startswith("gloo on cpu tensors, 2 processes: all-reduce latency ")
     # 2.37 MiB lies between 1 MiB and 16 MiB only with a larger sweep: here it is outside.
     assert "course CNN" not in note

@@ -36,9 +36,22 @@ def ddp_buckets(gradient_bytes: int) -> list[int]:
     return [first] + [DDP_BUCKET_BYTES] * full + ([rest] if rest else [])
 
 
+def setup_rows(
+    sweep: list[dict[str, Any]], backend: str, device: str, processes: int
+) -> list[dict[str, Any]]:
+    """The sweep's measured rows of one backend, tensor device and number of processes, with
+    the ranks on one host as a run of the engine places them (not the sweeps between nodes;
+    a sweep from before placements has no `placement`)."""
+    return [
+        r for r in sweep
+        if r["status"] == "ok" and (r["backend"], r["device"], r["processes"])
+        == (backend, device, processes) and r.get("placement", "host") == "host"
+    ]  # fmt: skip
+
+
 def calls_ms(sweep: list[dict[str, Any]], calls: list[tuple[str, int]]) -> float | None:
     """Milliseconds of `calls` ((op, bytes) each) one after another, from the sweep's rows of one
-    backend, device and number of processes; None when it lacks an op or a size."""
+    setup (`setup_rows`); None when it lacks an op or a size."""
     total = 0.0
     for op, size in calls:
         at = latency_at([r for r in sweep if r["op"] == op], size)

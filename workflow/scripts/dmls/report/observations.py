@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from dmls import stats
-from dmls.comm import calls_ms, ddp_buckets
+from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.report.cells import MIB, joules, seconds
 from dmls.report.study import OK, Study
 
@@ -335,7 +335,7 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
     gap against the measured one."""
     if collectives is None or "backend" not in study.varying:
         return []
-    swept = collectives[collectives["status"] == "ok"].to_dict("records")
+    swept = collectives.to_dict("records")
     predicted: dict[str, float] = {}
     lines = []
     for run, row in study.ok.iterrows():
@@ -352,9 +352,10 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
             continue
         device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
         backend = spec["backend"]
-        mine = [r for r in swept if (r["backend"], r["device"], r["processes"])
-                == (backend, device, world)]  # fmt: skip
-        per_step = calls_ms(mine, [("all_reduce", b) for b in ddp_buckets(4 * params)])
+        per_step = calls_ms(
+            setup_rows(swept, backend, device, world),
+            [("all_reduce", b) for b in ddp_buckets(4 * params)],
+        )
         if per_step is None:
             lines.append(
                 f"{run}: the collectives sweep did not time {backend} all-reduces on {device} "

@@ -3,9 +3,13 @@
 For each number of processes in `processes`, that many processes on this host join one
 process group per (backend, tensor device) of `setups`: NCCL on CUDA tensors, Gloo on CPU
 tensors, and Gloo on CUDA tensors (what A5's `gloo_*` runs do: Gloo copies them through host
-memory). For each collective and message size
-(powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup` untimed calls, every
-one of `iterations` calls is timed between barriers on rank 0; the latency is their median.
+memory). Gloo on CPU tensors also runs between nodes: `gloo-cpu-nodes` splits the ranks over 2
+emulated nodes, each started by its own torchrun agent, as the engine emulates B's nodes on one
+host; `gloo-cpu-slurm` makes them the tasks of one `srun` step over 2 nodes of the Slurm
+cluster this host submits to (skipped with the reason without one). For each collective and
+message size (powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup` untimed
+calls, every one of `iterations` calls is timed between barriers on rank 0; the latency is
+their median.
 Bandwidths follow nccl-tests' definitions (`size` is the whole message: the all-reduced
 buffer, all-gather's output, reduce-scatter's input; n ranks):
   algbw = size / time;  busbw = algbw × 2(n−1)/n for all-reduce, × (n−1)/n for the others,
@@ -20,6 +24,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,9 +47,11 @@ SCRIPTS = Path(__file__).resolve().parents[2]  # where `dmls` is imported from
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n}  # fmt: skip
+# Where a setup's ranks run (the last part of its name in `setups`; none: one host).
+PLACEMENTS = {"host": "one host", "nodes": "2 emulated nodes", "slurm": "2 Slurm nodes"}
 COLUMNS = (
-    "backend", "device", "op", "processes", "size_bytes", "status", "reason", "latency_us",
-    "algbw_gb_s", "busbw_gb_s",
+    "backend", "device", "placement", "op", "processes", "size_bytes", "status", "reason",
+    "latency_us", "algbw_gb_s", "busbw_gb_s",
 )  # fmt: skip
 
 
@@ -101,10 +108,19 @@ def _time_op(op: str, size: int, world: int, device: torch.device, cfg: dict) ->
     return statistics.median(times)
 
 
-def _worker(rank: int, world: int, port: int, backend: str, device_type: str, cfg: dict,
-            out: str) -> None:  # fmt: skip
-    """One rank of a sweep (a process of its own: `python -m dmls.special.collectives`)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _worker(world: int, port: int, backend: str, device_type: str, cfg: dict, out: str,
+            rank: int | None = None) -> None:  # fmt: skip
+    """One rank of a sweep (a process of its own: `python -m dmls.special.collectives`); its
+    rank is `rank`, else torchrun's (RANK, with the rendezvous address) or srun's task's."""
+    if rank is None and "RANK" in os.environ:  # under a torchrun agent
+        rank = int(os.environ["RANK"])
+    elif rank is None:  # a task of an srun step: the step's first node hosts the rendezvous
+        from dmls.supervisor.slurm import SrunTask
+
+        rank = int(os.environ["SLURM_PROCID"])
+        os.environ.update(MASTER_ADDR=SrunTask.current().first_node, MASTER_PORT=str(port))
+    else:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
     if device.type == "cuda":
@@ -127,35 +143,51 @@ def _worker(rank: int, world: int, port: int, backend: str, device_type: str, cf
         Path(out).write_text(json.dumps(results))
 
 
-def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path) -> list[dict[str, Any]]:
+def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path,
+          placement: str = "host") -> list[dict[str, Any]]:  # fmt: skip
     """One setup's rows: every collective and size, timed by `world` ranks, each a Python
     process started as the engine starts its ranks (multiprocessing's spawn would re-run the
-    Snakemake script that called this in every child)."""
-    raw = out_dir / f".{backend}-{device}-{world}.json"
+    Snakemake script that called this in every child): on this host, by one torchrun agent
+    per emulated node, or as the tasks of an srun step (`placement`)."""
+    raw = out_dir / f".{backend}-{device}-{placement}-{world}.json"
     port = free_port()
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, (
         str(SCRIPTS), os.environ.get("PYTHONPATH"))))}  # fmt: skip
     common = {"world": world, "port": port, "backend": backend, "device_type": device,
               "cfg": cfg, "out": str(raw)}  # fmt: skip
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-m", __name__, json.dumps(common | {"rank": rank})], env=env
-        )
-        for rank in range(world)
-    ]
+    worker = ["-m", __name__, json.dumps(common)]
+    if placement == "host":
+        commands = [[sys.executable, "-m", __name__, json.dumps(common | {"rank": rank})]
+                    for rank in range(world)]  # fmt: skip
+    elif placement == "nodes":
+        commands = [[sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                     "--node-rank", str(node), "--nproc-per-node", str(world // 2),
+                     "--master-addr", "127.0.0.1", "--master-port", str(port), *worker]
+                    for node in range(2)]  # fmt: skip
+    else:
+        # --immediate: fail within a minute rather than wait behind other jobs for the nodes.
+        commands = [["srun", "--nodes", "2", "--ntasks", str(world), "--ntasks-per-node",
+                     str(world // 2), "--immediate=60", "--kill-on-bad-exit=1",
+                     sys.executable, *worker]]  # fmt: skip
+    ranks = [subprocess.Popen(command, env=env) for command in commands]
     codes = [wait_rank(proc) for proc in ranks]
     if any(codes):
-        raise RuntimeError(f"the {backend} sweep on {device} tensors: ranks exited {codes}")
+        raise RuntimeError(
+            f"the {backend} sweep on {device} tensors ({PLACEMENTS[placement]}): ranks or "
+            f"their launchers exited {codes}"
+        )
     rows: list[dict[str, Any]] = []
     for r in json.loads(raw.read_text()):
         if "error" in r:
             reason = f"{backend} can't run it on {device} tensors: {r['error']}"
-            rows.append({"backend": backend, "device": device, "op": r["op"], "processes": world,
-                         "status": "skipped", "reason": reason})  # fmt: skip
+            rows.append({"backend": backend, "device": device, "placement": placement,
+                         "op": r["op"], "processes": world, "status": "skipped",
+                         "reason": reason})  # fmt: skip
             continue
         algbw = r["size_bytes"] / r["seconds"] / 1e9
         rows.append({
-            "backend": backend, "device": device, "op": r["op"], "processes": world,
+            "backend": backend, "device": device, "placement": placement, "op": r["op"],
+            "processes": world,
             "size_bytes": r["size_bytes"], "status": "ok", "reason": None,
             "latency_us": 1e6 * r["seconds"], "algbw_gb_s": algbw,
             "busbw_gb_s": algbw * BUS_FACTOR[r["op"]](world),
@@ -173,8 +205,12 @@ def wait_rank(proc: subprocess.Popen, timeout_s: float = 1800) -> int:
         return proc.wait()
 
 
-def unavailable(backend: str, device: str, world: int) -> str | None:
+def unavailable(backend: str, device: str, world: int, placement: str = "host") -> str | None:
     """Why this host can't run a setup, or None."""
+    if placement != "host" and world % 2:
+        return f"{world} processes don't split evenly over 2 nodes"
+    if placement == "slurm":
+        return _no_slurm_nodes()
     if device == "cuda" and torch.cuda.device_count() < world:
         return f"needs {world} CUDA GPUs, this host has {torch.cuda.device_count()}"
     if backend == "nccl" and not dist.is_nccl_available():
@@ -182,17 +218,32 @@ def unavailable(backend: str, device: str, world: int) -> str | None:
     return None
 
 
+def _no_slurm_nodes() -> str | None:
+    """Why no srun step can span 2 nodes from here, or None."""
+    if shutil.which("srun") is None:
+        return "no Slurm cluster here (srun not found)"
+    try:
+        out = subprocess.run(["sinfo", "--noheader", "--format", "%D"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"Slurm does not answer (sinfo: {e})"
+    nodes = sum(int(n) for n in out.split() if n.isdigit())
+    return None if nodes >= 2 else f"the Slurm cluster has {nodes} node(s), 2 are needed"
+
+
 def observations(rows: list[dict[str, Any]], gradient_bytes: int) -> list[str]:
     notes = []
     ok = [r for r in rows if r["status"] == "ok"]
-    for setup in dict.fromkeys((r["backend"], r["device"], r["processes"]) for r in ok):
-        mine = [r for r in ok if (r["backend"], r["device"], r["processes"]) == setup]
+    key = ("backend", "device", "processes", "placement")
+    for setup in dict.fromkeys(tuple(r[k] for k in key) for r in ok):
+        mine = [r for r in ok if tuple(r[k] for k in key) == setup]
         reduce = [r for r in mine if r["op"] == "all_reduce"]
         at = latency_at(reduce, gradient_bytes, extrapolate=False)
         peak = max(reduce, key=lambda r: r["busbw_gb_s"])
         smallest = min(reduce, key=lambda r: r["size_bytes"])
+        where = "" if setup[3] == "host" else f" on {PLACEMENTS[setup[3]]}"
         text = (
-            f"{setup[0]} on {setup[1]} tensors, {setup[2]} processes: all-reduce "
+            f"{setup[0]} on {setup[1]} tensors, {setup[2]} processes{where}: all-reduce "
             f"latency {smallest['latency_us']:.0f} µs at {_size(smallest['size_bytes'])} (the "
             f"fixed cost of a call), bus bandwidth up to {peak['busbw_gb_s']:.3g} GB/s (at "
             f"{_size(peak['size_bytes'])})"
@@ -218,16 +269,17 @@ def _figure(rows: list[dict[str, Any]], gradient_bytes: int):
     fig = new_figure(11, 3.6)
     axes = fig.subplots(1, len(OPS), sharey=True)
     ok = [r for r in rows if r["status"] == "ok"]
-    setups = list(dict.fromkeys((r["backend"], r["device"]) for r in ok))
+    setups = list(dict.fromkeys((r["backend"], r["device"], r["placement"]) for r in ok))
     counts = sorted({r["processes"] for r in ok})
     for ax, op in zip(axes, OPS, strict=True):
         for (i, setup), (j, n) in itertools.product(enumerate(setups), enumerate(counts)):
-            mine = sorted((r for r in ok if (r["backend"], r["device"]) == setup
+            mine = sorted((r for r in ok if (r["backend"], r["device"], r["placement"]) == setup
                            and r["processes"] == n and r["op"] == op),
                           key=lambda r: r["size_bytes"])  # fmt: skip
             if not mine:
                 continue
-            label = f"{setup[0]}, {setup[1]}, {n} processes"
+            where = "" if setup[2] == "host" else f", {PLACEMENTS[setup[2]]}"
+            label = f"{setup[0]}, {setup[1]}, {n} processes{where}"
             ax.plot([r["size_bytes"] for r in mine], [r["busbw_gb_s"] for r in mine],
                     marker="o", markersize=3, color=f"C{i}", label=label,
                     linestyle=("-", "--", ":", "-.")[j % 4])  # fmt: skip
@@ -246,14 +298,22 @@ def _figure(rows: list[dict[str, Any]], gradient_bytes: int):
 def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for world, setup in itertools.product(cfg["processes"], cfg["setups"]):
-        backend, device = setup.split("-")
-        reason = unavailable(backend, device, world)
+        backend, device, placement = (setup + "-host").split("-")[:3]
+        reason = unavailable(backend, device, world, placement)
         if reason is not None:
-            rows.append({"backend": backend, "device": device, "op": "all", "processes": world,
-                         "status": "skipped", "reason": reason})  # fmt: skip
+            rows.append({"backend": backend, "device": device, "placement": placement,
+                         "op": "all", "processes": world, "status": "skipped",
+                         "reason": reason})  # fmt: skip
             continue
-        log.info("sweeping %s on %s tensors, %d processes", backend, device, world)
-        rows += sweep(backend, device, world, cfg, out_dir)
+        log.info("sweeping %s on %s tensors, %d processes, %s", backend, device, world,
+                 PLACEMENTS[placement])  # fmt: skip
+        try:
+            rows += sweep(backend, device, world, cfg, out_dir, placement)
+        except RuntimeError as e:  # the other setups' rows are kept
+            log.error("%s", e)
+            rows.append({"backend": backend, "device": device, "placement": placement,
+                         "op": "all", "processes": world, "status": "failed",
+                         "reason": f"{e} (the log above has the ranks' errors)"})  # fmt: skip
     gradient = course_gradient_bytes()
     write_csv(out_dir / "collectives.csv", rows, COLUMNS)
     save_figure(_figure(rows, gradient), out_dir / "bandwidth.png")

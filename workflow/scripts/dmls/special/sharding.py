@@ -74,7 +74,7 @@ import pandas as pd
 import torch
 
 from dmls import stats
-from dmls.comm import calls_ms, ddp_buckets
+from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.config.spec import RunSpec, special_run_spec
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.special.collectives import wait_rank
@@ -325,8 +325,7 @@ def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | No
     the sweep did not measure this backend, device and N, or these sizes."""
     if sweep is None:
         return None
-    mine = sweep[(sweep["backend"] == backend) & (sweep["device"] == device)
-                 & (sweep["processes"] == n) & (sweep["status"] == "ok")]  # fmt: skip
+    mine = setup_rows(sweep.to_dict("records"), backend, device, n)
 
     total = sum(layers)
     if strategy in ("none", "optimizer"):
@@ -337,7 +336,7 @@ def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | No
         gathers = 1 if strategy == "gradients" else 2
         calls = [(op, size) for size in layers
                  for op in ["all_gather"] * gathers + ["reduce_scatter"]]  # fmt: skip
-    return calls_ms(mine.to_dict("records"), calls)
+    return calls_ms(mine, calls)
 
 
 def _row(spec: RunSpec, strategy: str, records: list[dict], shapes: list[tuple[int, ...]],
