@@ -103,3 +103,49 @@ def test_predicted_peaks_follow_each_strategys_timeline():
     assert predicted_peak("optimizer", 3000, p, layers, n, 100) == 3000 + 4 * p + 100
     assert predicted_peak("gradients", state, p, layers, n, 100) == 936 + 1248 + 800 + 100
     assert predicted_peak("full", state, p, layers, n, 100) == 936 + 1702 + 100
+
+
+def test_a_study_stopped_part_way_measures_only_the_setups_left(tmp_path, monkeypatch):
+    """D4 keeps each measured setup's records until its results are written: stopped during
+    the third setup, it measures the third and fourth only when run again, then drops them."""
+    from dmls.data import datasets
+    from dmls.special import sharding
+
+    datasets.prepare("synthetic_cifar", {"n_train": 8, "n_test": 4, "seed": 0}, tmp_path)
+    cfg = {"dataset": "synthetic_cifar", "devices": ["cpu"], "processes": [2],
+           "strategies": ["none", "optimizer", "gradients", "full"], "batch_size": 4,
+           "steps": 1, "repeats": 2, "collectives_csv": None,
+           "model": {"cpu": {"hidden": 16, "layers": 2}}}  # fmt: skip
+    measured, stops = [], []
+
+    def fake_measure(spec, data_dir, out_dir):
+        if spec.run in stops:
+            stops.remove(spec.run)
+            raise KeyboardInterrupt  # the study is stopped here, as by a time limit
+        measured.append(spec.run)
+        record = {"parameters": 1000, "params_bytes": 4000, "grads_bytes": 4000,
+                  "optimizer_bytes": 8000, "activations_bytes": 100,
+                  "peak_allocated_bytes": None, "step_s": [0.01, 0.011]}  # fmt: skip
+        return [record, record]
+
+    def stopped_at(setup: str, settings: dict) -> None:
+        stops.append(setup)
+        with pytest.raises(KeyboardInterrupt):
+            sharding.run(settings, out, data_dir=tmp_path)
+
+    monkeypatch.setattr(sharding, "measure", fake_measure)
+    out = tmp_path / "out"
+    out.mkdir()
+    stopped_at("gradients_2_cpu", cfg)
+    assert measured == ["none_2_cpu", "optimizer_2_cpu"]
+    assert sorted(p.name for p in (out / "measured").iterdir()) == [
+        "none_2_cpu.json", "optimizer_2_cpu.json"
+    ]  # fmt: skip
+    result = sharding.run(cfg, out, data_dir=tmp_path)
+    assert measured[2:] == ["gradients_2_cpu", "full_2_cpu"]
+    assert [r["status"] for r in result["rows"]] == ["ok"] * 4
+    assert not (out / "measured").exists()
+    # Run again with another setting: what the stopped attempt measured is not reused.
+    stopped_at("full_2_cpu", cfg)
+    sharding.run(cfg | {"batch_size": 8}, out, data_dir=tmp_path)
+    assert len(measured) == 4 + 3 + 4

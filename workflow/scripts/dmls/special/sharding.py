@@ -64,6 +64,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -76,7 +77,7 @@ import torch
 from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.config.spec import RunSpec, special_run_spec
-from dmls.files import new_figure, save_figure, write_csv
+from dmls.files import new_figure, read_json, save_figure, write_csv, write_json
 from dmls.special.collectives import wait_rank
 from dmls.supervisor.launch import free_port
 from dmls.training.models import build_model, shard_units
@@ -384,6 +385,10 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
     sweep = pd.read_csv(sweep_file) if sweep_file and Path(sweep_file).exists() else None
     manifest = json.loads((Path(data_dir) / f"{cfg['dataset']}.json").read_text())
     rows: list[dict[str, Any]] = []
+    # Each measured setup's records, kept until the study has written its results: a study
+    # stopped part-way (a time limit, a lost machine) measures only the setups left when it
+    # runs again.
+    kept = out_dir / "measured"
     for device in cfg["devices"]:
         for n in cfg["processes"]:
             for strategy in cfg["strategies"]:
@@ -397,7 +402,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
                 shape = manifest["input_shape"], manifest["num_classes"]
                 shapes, layers = layout(spec, *shape)
                 try:
-                    records = measure(spec, data_dir, out_dir)
+                    records = measure_once(spec, data_dir, out_dir, kept / f"{spec.run}.json")
                 except SetupFailed as e:
                     log.error("D4: %s on %d %s rank(s) failed: %s", strategy, n, device, e)
                     rows.append(base | {"status": "failed", "reason": str(e)})
@@ -405,7 +410,32 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
                 rows.append(_row(spec, strategy, records, shapes, layers, sweep))
     write_csv(out_dir / "sharding.csv", [table_row(r) for r in rows], COLUMNS)
     save_figure(_figure(rows), out_dir / "memory.png")
+    shutil.rmtree(kept, ignore_errors=True)
     return {"rows": rows, "notes": observations(rows, sweep is not None)}
+
+
+def measure_once(spec: RunSpec, data_dir: Path, out_dir: Path, path: Path) -> list[dict]:
+    """`measure`'s records of one setup, or those an earlier attempt of the study measured
+    for the same run spec, torch and devices and kept in `path`."""
+    # (As JSON reads it back: the spec's tuples as lists.)
+    identity = {"spec": json.loads(spec.to_json()), "torch": torch.__version__,
+                "devices": _devices(spec)}  # fmt: skip
+    if path.exists():
+        earlier = read_json(path)
+        if earlier.get("identity") == identity:
+            log.info("D4: %s measured by an earlier attempt: kept", spec.run)
+            return earlier["records"]
+    records = measure(spec, data_dir, out_dir)
+    path.parent.mkdir(exist_ok=True)
+    write_json(path, {"identity": identity, "records": records})
+    return records
+
+
+def _devices(spec: RunSpec) -> list[str]:
+    """The GPUs a setup runs on (by name), or the CPU."""
+    if spec.device != "cuda":
+        return ["cpu"]
+    return [torch.cuda.get_device_name(i) for i in range(spec.processes)]
 
 
 def _gib(n: float) -> str:
