@@ -14,7 +14,7 @@ from dmls.report import figures, observations
 from dmls.report.aggregate import summarize
 from dmls.report.study import Study
 from dmls.supervisor import repeats
-from dmls.training import energy
+from dmls.training import energy, results
 from test_report import epochs, fake_metrics
 
 
@@ -92,12 +92,12 @@ def test_a_seeds_energy_is_its_epochs_sum_and_its_steady_epoch_the_median_after_
         {"train_energy_j": 34.0, "eval_energy_j": 1.0},
         {"train_energy_j": 31.0, "eval_energy_j": 1.0},
     ]
-    assert energy.summary(history) == {
+    assert results.energy_summary(history) == {
         "train_energy_j": 145.0, "eval_energy_j": 5.0, "steady_epoch_energy_j": 31.0
     }  # fmt: skip
     # An epoch without its joules (resumed on a host without the counter): no number at all.
-    assert energy.summary([*history, {}]) is None
-    assert energy.summary([]) is None
+    assert results.energy_summary([*history, {}]) is None
+    assert results.energy_summary([]) is None
 
 
 class StepMeter:
@@ -154,7 +154,7 @@ def with_energy(metrics: dict, train_w: float, eval_w: float) -> dict:
         for h in seed["history"]:
             h |= {"train_energy_j": train_w * h["train_time_s"],
                   "eval_energy_j": eval_w * h["eval_time_s"]}  # fmt: skip
-        seed["energy"] = energy.summary(seed["history"])
+        seed["energy"] = results.energy_summary(seed["history"])
     metrics["energy"] = {"measured": True, "reason": None, "counts": energy.COUNTS}
     return metrics | repeats.combine(metrics)
 

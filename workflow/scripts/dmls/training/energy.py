@@ -11,7 +11,6 @@ rank measures anything and the reason is recorded instead of a number.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 # What the joules cover, as metrics.json says it.
@@ -67,20 +66,6 @@ def agree(
     if len(missing) < len(reasons):
         return None, f"{_SOME_RANKS}: {missing[0]}"
     return None, missing[0]
-
-
-def summary(history: list[dict[str, Any]]) -> dict[str, float | None] | None:
-    """A seed's joules from its epochs (`train_energy_j`, `eval_energy_j`): in training, in
-    evaluation, and the steady epoch's (median of epochs 2..E, like its time). None unless
-    every epoch was measured (a seed resumed on a host without the counter)."""
-    if not history or any("train_energy_j" not in h for h in history):
-        return None
-    train = [h["train_energy_j"] for h in history]
-    return {
-        "train_energy_j": sum(train),
-        "eval_energy_j": sum(h["eval_energy_j"] for h in history),
-        "steady_epoch_energy_j": statistics.median(train[1:]) if len(train) > 1 else None,
-    }
 
 
 def _nvml_uuid(properties: Any) -> str:

@@ -117,7 +117,7 @@ def seed_result(
         "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
         "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
         # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
-        "energy": energy.summary(history),
+        "energy": energy_summary(history),
         "effective_precision": "/".join(sorted(set(effective_precisions))),
         "fp8_linear_layers": fp8_linear_layers,
         # The model's parameters (whole, however the strategy shards them): what DDP
@@ -186,10 +186,26 @@ def job_result(
 
 
 def epoch_times(history: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The first epoch's training seconds, and the steady epoch's: the median of epochs 2..E
-    (None with fewer than two epochs: every epoch there was also a warm-up)."""
+    """The first epoch's training seconds, and the steady epoch's (`steady`)."""
     seconds = [h["train_time_s"] for h in history]
+    return {"first_epoch_s": seconds[0] if seconds else None, "steady_epoch_s": steady(seconds)}
+
+
+def energy_summary(history: list[dict[str, Any]]) -> dict[str, float | None] | None:
+    """A seed's joules from its epochs (`train_energy_j`, `eval_energy_j`, training/energy.py):
+    in training, in evaluation, and the steady epoch's (`steady`, as its time). None unless
+    every epoch was measured (a seed resumed on a host without the counter)."""
+    if not history or any("train_energy_j" not in h for h in history):
+        return None
+    train = [h["train_energy_j"] for h in history]
     return {
-        "first_epoch_s": seconds[0] if seconds else None,
-        "steady_epoch_s": statistics.median(seconds[1:]) if len(seconds) > 1 else None,
+        "train_energy_j": sum(train),
+        "eval_energy_j": sum(h["eval_energy_j"] for h in history),
+        "steady_epoch_energy_j": steady(train),
     }
+
+
+def steady(per_epoch: list[float]) -> float | None:
+    """The steady epoch's value: the median of epochs 2..E (None with fewer than two epochs:
+    every epoch there was also a warm-up)."""
+    return statistics.median(per_epoch[1:]) if len(per_epoch) > 1 else None
