@@ -137,6 +137,7 @@ IDENTIFIERS = {
     "strategy",
     "stage",
     "processes",
+    "placement",
 }
 # Files the report offers for download (inlined), relative to the study's folder.
 DOWNLOADS = {"profiler": "traces/*.json.gz"}
@@ -191,6 +192,6 @@ def _table(caption: str, frame: pd.DataFrame, columns: list[str] | None) -> dict
 
 
 def _row_name(row: dict[str, Any]) -> str:
-    keys = ("device", "activation", "depth", "mode", "optimizer", "precision", "recompute",
-            "processes", "strategy")  # fmt: skip
+    keys = ("backend", "device", "activation", "depth", "mode", "optimizer", "precision",
+            "recompute", "processes", "placement", "strategy")  # fmt: skip
     return " ".join(str(row[k]) for k in keys if k in row)
