@@ -65,6 +65,7 @@ import logging
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -416,10 +417,11 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
 
 def measure_once(spec: RunSpec, data_dir: Path, out_dir: Path, path: Path) -> list[dict]:
     """`measure`'s records of one setup, or those an earlier attempt of the study measured
-    for the same run spec, torch and devices and kept in `path`."""
-    # (As JSON reads it back: the spec's tuples as lists.)
+    for the same run spec, torch and host and kept in `path`."""
+    # (As JSON reads it back: the spec's tuples as lists. The host, not its GPUs' names: this
+    # process starts no CUDA context of its own beside the ranks'.)
     identity = {"spec": json.loads(spec.to_json()), "torch": torch.__version__,
-                "devices": _devices(spec)}  # fmt: skip
+                "host": socket.gethostname()}  # fmt: skip
     if path.exists():
         earlier = read_json(path)
         if earlier.get("identity") == identity:
@@ -429,13 +431,6 @@ def measure_once(spec: RunSpec, data_dir: Path, out_dir: Path, path: Path) -> li
     path.parent.mkdir(exist_ok=True)
     write_json(path, {"identity": identity, "records": records})
     return records
-
-
-def _devices(spec: RunSpec) -> list[str]:
-    """The GPUs a setup runs on (by name), or the CPU."""
-    if spec.device != "cuda":
-        return ["cpu"]
-    return [torch.cuda.get_device_name(i) for i in range(spec.processes)]
 
 
 def _gib(n: float) -> str:
