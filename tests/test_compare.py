@@ -7,6 +7,7 @@ import pytest
 
 from dmls.files import write_json
 from dmls.report import compare
+from test_energy import with_energy
 from test_report import epochs, fake_metrics
 
 
@@ -19,8 +20,8 @@ def folder(root, name, runs):
 @pytest.fixture
 def folders(tmp_path):
     """A: single_gpu (seeds ×0.9, 1, 1.1 of 15/10/10 s epochs), ddp_2gpu at 1.62× its
-    throughput, dataparallel_2gpu. B: single_gpu twice as fast, ddp_2gpu at batch 64 and
-    1.4× its throughput, no dataparallel_2gpu."""
+    throughput, dataparallel_2gpu. B: single_gpu twice as fast (its GPU energy measured, at
+    100 W), ddp_2gpu at batch 64 and 1.4× its throughput, no dataparallel_2gpu."""
     spread = (0.9, 1.0, 1.1)
     a = folder(tmp_path, "a", [
         fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([15, 10, 10]),
@@ -30,8 +31,8 @@ def folders(tmp_path):
         fake_metrics("dataparallel_2gpu", launcher="dp", nproc_per_node=2, epochs=3),
     ])  # fmt: skip
     b = folder(tmp_path, "b", [
-        fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([7.5, 5, 5]),
-                     samples_per_s=2000.0, spread=spread),
+        with_energy(fake_metrics("single_gpu", launcher="single", epochs=3, spread=spread,
+                                 history=epochs([7.5, 5, 5]), samples_per_s=2000.0), 100, 50),
         fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=2800.0,
                      epochs=3, batch_size=64, history=epochs([15, 10, 10]), spread=spread),
     ])  # fmt: skip
@@ -52,6 +53,10 @@ def test_two_folders_compare_with_ratios_spec_differences_and_missing_runs(folde
     assert steady.startswith("0.50× (95% interval 0.")
     assert rows[("single_gpu", "a")][columns.index("steady epoch vs a")] == ""  # the reference
     assert rows[("ddp_2gpu", "b")][columns.index("spec differs in")] == "batch_size"
+    # Energy where a folder measured it (b's single_gpu: 100 W × 5 s × 0.9, 1, 1.1), else empty.
+    energy = columns.index("GPU energy, steady epoch (J)")
+    assert rows[("single_gpu", "b")][energy].startswith("500 ± ")
+    assert rows[("single_gpu", "a")][energy] == ""
     # The report's own verdicts, per folder: ddp_2gpu faster than single_gpu in a (1.62×), in b
     # (1.40×); each ratio's interval over the seeds' ×0.9..1.1 spread excludes 1.
     (line,) = section["conclusions"]

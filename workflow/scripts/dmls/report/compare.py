@@ -39,6 +39,7 @@ SHOWN = [
     ("steady_epoch_s", "steady epoch (s)"),
     ("samples_per_s", "samples/s"),
     ("peak_gpu_mem_allocated_bytes", "peak GPU mem. (MiB)"),
+    ("steady_epoch_energy_j", "GPU energy, steady epoch (J)"),  # (empty where not measured)
 ]
 
 
