@@ -141,7 +141,9 @@ def _bars(study: Study, panels: list[tuple[str, str, float]], path: Path) -> Pat
         ax.barh(y, values, xerr=errors, capsize=3, color=[_color(study, r) for r in runs])
         for yi, value, error in zip(y, values, errors, strict=True):
             if not np.isnan(value):
-                ax.text(value + np.nan_to_num(error), yi, f" {value:.3g}", va="center", fontsize=8)
+                # Three significant digits, whole numbers from 1,000 up (not 1.57e+03).
+                text = f" {value:,.0f}" if value >= 1000 else f" {value:.3g}"
+                ax.text(value + np.nan_to_num(error), yi, text, va="center", fontsize=8)
         ax.set_yticks(y, [_tick(study, r) for r in runs] if ax is axes[0] else [])
         ax.invert_yaxis()
         ax.set_xlabel(label)
