@@ -23,10 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
 
-from dmls.data import datasets
-from dmls.special.sharding import run_spec
-from dmls.training.parallel import strategy_for
-from dmls.training.trainer import Trainer
+from sharding_profile import warm_trainer  # (bench/ is the script's folder: on sys.path)
 
 MIB = 2**20
 
@@ -63,20 +60,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("/tmp/dmls-sharding-profile"))
     parser.add_argument("--out", type=Path, default=Path("sharding_memory.json"))
     args = parser.parse_args()
-    rank = int(os.environ["RANK"])
-    if rank == 0 and not (args.data / "synthetic_cifar.json").exists():
-        datasets.prepare("synthetic_cifar", {"n_train": 2048, "n_test": 256, "seed": 0}, args.data)
-    world = int(os.environ["WORLD_SIZE"])
-    cfg = {"dataset": "synthetic_cifar", "repeats": 1, "steps": 10, "batch_size": 32,
-           "model": {"cuda": {"hidden": 8192, "layers": 8}}}  # fmt: skip
-    spec = run_spec(cfg, "cuda", args.strategy, world)
-    strategy = strategy_for(spec)
-    process = strategy.join()
-    torch.distributed.barrier()  # the data is prepared
-    trainer = Trainer(spec, strategy, process, args.data, fused_optimizer=True)
-    device = process.device
-    trainer.train_epoch(0)  # warm-up
-    batches = [trainer.to_device(x, y) for x, y in trainer.data.train][: args.steps]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    strategy, trainer, batches = warm_trainer(args.strategy, args.steps, args.data)
+    device = trainer.process.device
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)

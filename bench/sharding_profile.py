@@ -59,6 +59,26 @@ def union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def warm_trainer(sharding: str, steps: int, data: Path, device: str = "cuda"):
+    """D4's setup on this torchrun rank as the study builds it (the wide MLP, batch 32 per
+    rank, fused AdamW, eager steps), after one warm-up epoch: (strategy, trainer, `steps`
+    batches on the device). Also bench/sharding_memory.py's. `device` cpu: a small MLP on
+    Gloo, to try a script without GPUs."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if rank == 0 and not (data / "synthetic_cifar.json").exists():
+        datasets.prepare("synthetic_cifar", {"n_train": 2048, "n_test": 256, "seed": 0}, data)
+    cfg = {"dataset": "synthetic_cifar", "repeats": 1, "steps": max(steps, 10), "batch_size": 32,
+           "model": {"cuda": {"hidden": 8192, "layers": 8},
+                     "cpu": {"hidden": 64, "layers": 2}}}  # fmt: skip
+    spec = run_spec(cfg, device, sharding, world)
+    strategy = strategy_for(spec)
+    process = strategy.join()
+    torch.distributed.barrier()  # the data is prepared
+    trainer = Trainer(spec, strategy, process, data, fused_optimizer=device == "cuda")
+    trainer.train_epoch(0)  # warm-up
+    return strategy, trainer, [trainer.to_device(x, y) for x, y in trainer.data.train][:steps]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", default="gradients")
@@ -66,19 +86,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("/tmp/dmls-sharding-profile"))
     parser.add_argument("--out", type=Path, default=Path("sharding_profile.json"))
     args = parser.parse_args()
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if rank == 0 and not (args.data / "synthetic_cifar.json").exists():
-        datasets.prepare("synthetic_cifar", {"n_train": 2048, "n_test": 256, "seed": 0}, args.data)
-    cfg = {"dataset": "synthetic_cifar", "repeats": 1, "steps": args.steps, "batch_size": 32,
-           "model": {"cuda": {"hidden": 8192, "layers": 8}}}  # fmt: skip
-    spec = run_spec(cfg, "cuda", args.strategy, world)
-    strategy = strategy_for(spec)
-    process = strategy.join()
-    torch.distributed.barrier()  # the data is prepared
-    trainer = Trainer(spec, strategy, process, args.data, fused_optimizer=True)
-    device = process.device
-    trainer.train_epoch(0)  # warm-up
-    batches = [trainer.to_device(x, y) for x, y in trainer.data.train][: args.steps]
+    rank = int(os.environ["RANK"])
+    strategy, trainer, batches = warm_trainer(args.strategy, args.steps, args.data)
+    device = trainer.process.device
 
     def step(x, y) -> None:
         trainer.step(x, y, sync=True, divisor=1)
