@@ -9,7 +9,8 @@
 #   ISOLATION=devices bash bench/dag_speed.sh ...     (jobs side by side; default: host)
 #   EXTRA_CONFIG=file.yaml bash bench/dag_speed.sh ... (config keys over the ones below)
 # Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
-# of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv and report.html.
+# of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv, report.html and the
+# results folder without checkpoints and model files (results.tar.gz: what `compare` reads).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/dag}}")
@@ -40,4 +41,6 @@ echo "DAG: exit $status in $wall s on $gpus GPU(s), isolation ${ISOLATION:-host}
   tee "$out/dag_wall.txt"
 python3 bench/dag_table.py "$results" --wall "$wall" | tee "$out/dag_table.txt"
 cp "$results/runs.csv" "$results/report/report.html" "$out/" 2>/dev/null
+tar czf "$out/results.tar.gz" --exclude='*.pt' --exclude="$(basename "$results")/data" \
+  -C "$(dirname "$results")" "$(basename "$results")"
 exit "$status"

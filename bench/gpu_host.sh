@@ -9,6 +9,7 @@ gpu_host_setup() {
       --target /tmp/dmls-site .whl/*.whl || return 1
     export PYTHONPATH=/tmp/dmls-site${PYTHONPATH:+:$PYTHONPATH}
   fi
+  python3 -c "import scipy.stats" || { echo "python3 lacks scipy: carry its wheel in .whl/"; return 1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$1/gpu.txt"
   python3 -c "import os, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       'cores', len(os.sched_getaffinity(0)))" | tee -a "$1/gpu.txt"

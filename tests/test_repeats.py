@@ -62,6 +62,47 @@ def test_each_seed_of_a_job_equals_a_job_that_trains_that_seed_alone(
     assert epochs(first)[0] != epochs(second)[0]
 
 
+def test_no_earlier_seed_is_alive_when_the_next_seed_starts(tmp_path, tabular_dir, monkeypatch):
+    """An earlier seed's trainer and model (on a GPU: its gradients, optimizer state and CUDA
+    graph pool) are gone before the next seed resets its peak memory, even where only the
+    garbage collector could free them (it is off here: the job must collect them itself)."""
+    import gc
+    import weakref
+
+    from dmls.training import trainer
+
+    earlier, alive_at_start = [], []
+
+    class Watched(trainer.Trainer):
+        def __init__(self, *args, **kwargs):
+            alive_at_start.append([name for name, ref in earlier if ref() is not None])
+            super().__init__(*args, **kwargs)
+            earlier.extend([("trainer", weakref.ref(self)), ("model", weakref.ref(self.model))])
+
+    monkeypatch.setattr(trainer, "Trainer", Watched)
+    spec = make_spec(device="cpu", epochs=1, batch_size=64, seeds=3, dataset="tabular",
+                     model={"name": "mlp", "hidden": 8}, num_workers=0)  # fmt: skip
+    (tmp_path / "job").mkdir()
+    gc.disable()
+    try:
+        job = trainer.train(spec, tabular_dir, tmp_path / "job", tmp_path / "job.pt")
+    finally:
+        gc.enable()
+    assert [s["status"] for s in job["seeds"]] == ["ok"] * 3
+    assert alive_at_start == [[], [], []]
+
+
+def test_throughput_is_the_steady_epochs_not_the_warm_up_s():
+    from dmls.training.results import epoch_times, throughput
+
+    # Seed 0 of a graph-step run: the first epoch captures the graph.
+    warm = epoch_times([{"train_time_s": t} for t in (6.6, 0.20, 0.18)])
+    assert throughput(15000, warm) == pytest.approx(15000 / 0.19)
+    # One epoch: there is no steady one, so that epoch's.
+    assert throughput(15000, epoch_times([{"train_time_s": 3.0}])) == pytest.approx(5000)
+    assert throughput(15000, epoch_times([])) is None
+
+
 def test_a_job_killed_during_seed_2_keeps_seed_1_and_resumes_seed_2(
     tmp_path, tabular_dir, monkeypatch
 ):

@@ -281,7 +281,7 @@ def test_results_table_shows_each_mean_with_its_interval_and_one_seed_alone():
     assert single["Test acc. (%)"] == "80.00 ± 19.87"
     assert single["First epoch (s)"] == "15.0 ± 3.73"  # 13.5, 15, 16.5 s: warm-up included
     assert single["Steady epoch (s)"] == "10.0 ± 2.48"
-    assert single["Samples/s"] == "1,007 ± 251"  # 1000 / 0.9, 1000, 1000 / 1.1
+    assert single["Samples/s (steady epoch)"] == "1,007 ± 251"  # 1000 / 0.9, 1000, 1000 / 1.1
     assert single["Peak GPU mem., max GPU (MiB)"] == "300.0 ± 74.5"
     assert single["Epochs"] == "3"  # a count, no interval
     assert single["Peak RSS, max rank (MiB)"] == "2000.0"  # the job's, not per seed

@@ -37,7 +37,7 @@ CSS = TEMPLATE.with_name("report.css")
 SHOWN = [
     ("test_accuracy", "test acc. (%)"),
     ("steady_epoch_s", "steady epoch (s)"),
-    ("samples_per_s", "samples/s"),
+    ("samples_per_s", "samples/s (steady epoch)"),
     ("peak_gpu_mem_allocated_bytes", "peak GPU mem. (MiB)"),
     ("steady_epoch_energy_j", "GPU energy, steady epoch (J)"),  # (empty where not measured)
 ]

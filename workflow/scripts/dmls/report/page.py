@@ -43,7 +43,7 @@ ALL_RUNS_COLUMNS = {
     "test_loss": "test loss",
     "train_time_s": "training time (s)",
     "steady_epoch_s": "steady epoch (s)",
-    "samples_per_s": "samples/s",
+    "samples_per_s": "samples/s (steady epoch)",
     "peak_gpu_mem_allocated_bytes": "peak GPU mem. (MiB)",
     "peak_host_rss_bytes": "peak RSS (MiB)",
     "reason": "reason",

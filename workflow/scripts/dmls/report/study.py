@@ -42,7 +42,7 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("train_time_s", "Train time (s)"),
     ("first_epoch_s", "First epoch (s)"),
     ("steady_epoch_s", "Steady epoch (s)"),
-    ("samples_per_s", "Samples/s"),
+    ("samples_per_s", "Samples/s (steady epoch)"),
     ("peak_gpu_mem_allocated_bytes", "Peak GPU mem., max GPU (MiB)"),
     ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)"),
     ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)"),
