@@ -93,11 +93,38 @@ def test_a_seeds_energy_is_its_epochs_sum_and_its_steady_epoch_the_median_after_
         {"train_energy_j": 31.0, "eval_energy_j": 1.0},
     ]
     assert results.energy_summary(history) == {
-        "train_energy_j": 145.0, "eval_energy_j": 5.0, "steady_epoch_energy_j": 31.0
+        "train_energy_j": 145.0, "eval_energy_j": 5.0, "steady_epoch_energy_j": 31.0,
+        "steady_epoch_energy_reason": None,
     }  # fmt: skip
     # An epoch without its joules (resumed on a host without the counter): no number at all.
     assert results.energy_summary([*history, {}]) is None
     assert results.energy_summary([]) is None
+
+
+def test_the_meter_measures_how_often_the_counter_moves():
+    import time
+
+    start = time.perf_counter()
+    # A counter that NVML updates every 20 ms (an H100's: every 100 ms).
+    period = energy.update_period(lambda: int((time.perf_counter() - start) / 0.02))
+    assert period == pytest.approx(0.02, abs=0.005)
+    assert energy.update_period(lambda: 7, timeout_s=0.05) is None  # it never moved
+
+
+def test_a_steady_epoch_too_short_for_the_counter_has_no_joules_and_says_why():
+    history = [{"train_energy_j": j, "eval_energy_j": 1.0, "train_time_s": t}
+               for j, t in ((50.0, 6.6), (30.0, 0.2), (34.0, 0.2))]  # fmt: skip
+    short = results.energy_summary(history, update_period_s=0.1)
+    assert short["steady_epoch_energy_j"] is None and short["train_energy_j"] == 114.0
+    assert short["steady_epoch_energy_reason"] == (
+        "a steady epoch of 0.20 s spans fewer than 10 of the energy counter's updates (every "
+        "100 ms), so it would read within ±50%"
+    )
+    # One second spans ten updates; an unknown period can't be judged.
+    for row in history[1:]:
+        row["train_time_s"] = 1.0
+    assert results.energy_summary(history, update_period_s=0.1)["steady_epoch_energy_j"] == 32.0
+    assert energy.resolution_reason(0.2, None) is None
 
 
 class StepMeter:
@@ -127,7 +154,8 @@ def test_the_engine_records_each_epochs_joules_and_the_seeds_totals(
             (10.0, 10.0)
         ] * 3
         assert seed["energy"] == {
-            "train_energy_j": 30.0, "eval_energy_j": 30.0, "steady_epoch_energy_j": 10.0
+            "train_energy_j": 30.0, "eval_energy_j": 30.0, "steady_epoch_energy_j": 10.0,
+            "steady_epoch_energy_reason": None,
         }  # fmt: skip
     combined = repeats.combine(job)
     assert combined["summary"]["train_energy_j"]["mean"] == 30.0
@@ -142,32 +170,35 @@ def test_a_cpu_run_records_why_it_has_no_energy(tmp_path, tabular_dir):
     job = trainer.train(spec, tabular_dir, tmp_path, tmp_path / "job.pt")
     assert job["energy"] == {
         "measured": False, "reason": "a CPU run: NVML counts GPU energy only",
-        "counts": energy.COUNTS,
+        "counts": energy.COUNTS, "update_period_s": None,
     }  # fmt: skip
     assert job["seeds"][0]["energy"] is None
     assert not any("train_energy_j" in h for h in job["seeds"][0]["history"])
 
 
-def with_energy(metrics: dict, train_w: float, eval_w: float) -> dict:
-    """A fake run whose GPUs drew `train_w` watts in training and `eval_w` in evaluation."""
+def with_energy(metrics: dict, train_w: float, eval_w: float, period_s: float | None = None):
+    """A fake run whose GPUs drew `train_w` watts in training and `eval_w` in evaluation, read
+    from a counter updated every `period_s`."""
     for seed in metrics["seeds"]:
         for h in seed["history"]:
             h |= {"train_energy_j": train_w * h["train_time_s"],
                   "eval_energy_j": eval_w * h["eval_time_s"]}  # fmt: skip
-        seed["energy"] = results.energy_summary(seed["history"])
-    metrics["energy"] = {"measured": True, "reason": None, "counts": energy.COUNTS}
+        seed["energy"] = results.energy_summary(seed["history"], period_s)
+    metrics["energy"] = {"measured": True, "reason": None, "counts": energy.COUNTS,
+                         "update_period_s": period_s}  # fmt: skip
     return metrics | repeats.combine(metrics)
 
 
-def energy_study(target: float | None = 0.5) -> Study:
+def energy_study(target: float | None = 0.5, period_s: float | None = None) -> Study:
     """single_gpu: epochs of 15/10/10 s × 0.9, 1, 1.1 at 100 W (50 W in 1 s evaluations);
     ddp_2gpu: half as long at 300 W, so 1.5× the energy per epoch."""
     metrics = [
         with_energy(fake_metrics("single_gpu", launcher="single", epochs=3,
-                                 history=epochs([15, 10, 10]), spread=(0.9, 1.0, 1.1)), 100, 50),
+                                 history=epochs([15, 10, 10]), spread=(0.9, 1.0, 1.1)), 100, 50,
+                    period_s),
         with_energy(fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, epochs=3,
                                  history=epochs([7.5, 5, 5]), spread=(0.9, 1.0, 1.1),
-                                 samples_per_s=1900.0), 300, 50),
+                                 samples_per_s=1900.0), 300, 50, period_s),
     ]  # fmt: skip
     settings = {} if target is None else {"target_accuracy": target}
     return Study.from_metrics("parallelism", settings, metrics)
@@ -196,6 +227,19 @@ def test_the_study_shows_energy_per_epoch_and_to_the_target_with_intervals(tmp_p
     assert (tmp_path / "energy.png").exists()
     row = summarize(study.metrics["ddp_2gpu"])
     assert row["train_energy_j"] == pytest.approx(300 * 17.5) and row["energy_reason"] is None
+
+
+def test_steady_epochs_too_short_for_the_counter_compare_the_training_s_joules_and_say_why(
+    tmp_path,
+):
+    # ddp_2gpu's 5 s epochs (× 0.9 in one seed) span under 10 updates of a 0.5 s counter.
+    study = energy_study(period_s=0.5)
+    assert study.energy_column == ("train_energy_j", "over the training")
+    assert pd.isna(study.runs.loc["ddp_2gpu", "steady_epoch_energy_j"])
+    lines = observations.energy_use(study)
+    assert lines[0].startswith("No steady-epoch energy for ddp_2gpu: a steady epoch of 4.50 s ")
+    assert lines[1].startswith("single_gpu draws 3,500 J over the training on its GPUs")
+    assert "energy" in [name for name, _ in figures.study_figures(study, None, tmp_path)]
 
 
 def test_runs_without_energy_show_the_reason_and_no_energy_column(tmp_path):

@@ -114,10 +114,11 @@ def overview(study: Study, path: Path) -> Path:
 
 
 def energy(study: Study, path: Path) -> Path:
-    """The GPUs' energy per steady epoch, their mean power in training and, with a target
-    accuracy, the energy to reach it, every run side by side."""
+    """The GPUs' energy per steady epoch (`Study.energy_column`), their mean power in training
+    and, with a target accuracy, the energy to reach it, every run side by side."""
+    column, per = study.energy_column
     panels = [
-        ("steady_epoch_energy_j", "GPU energy per steady epoch (J)", 1.0),
+        (column, f"GPU energy {per} (J)", 1.0),
         ("train_power_w", "mean GPU power in training (W)", 1.0),
     ]
     if study.target_accuracy is not None:

@@ -431,10 +431,10 @@ def energy_use(study: Study) -> list[str]:
         return lines
     base = study.baseline
     measured = study.ok[study.ok["train_energy_j"].notna()]
-    # Per steady epoch; over the whole training where runs had a single epoch.
-    column, per = "steady_epoch_energy_j", "per steady epoch"
-    if measured[column].isna().any():
-        column, per = "train_energy_j", "over its training"
+    column, per = study.energy_column
+    for run in measured.index:
+        if reason := study.steady_energy_reason(run):
+            lines.append(f"No steady-epoch energy for {run}: {reason}.")
     for run, row in measured.iterrows():
         text = (
             f"{run} draws {joules(row[column])} J {per} on its GPUs, "

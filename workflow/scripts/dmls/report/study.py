@@ -216,6 +216,24 @@ class Study:
         return not ok.empty and ok["train_energy_j"].notna().any()
 
     @property
+    def energy_column(self) -> tuple[str, str]:
+        """(column, how it is counted) that compares the runs' energy: per steady epoch, or over
+        the whole training where a measured run has no steady epoch's (a single epoch, or
+        epochs too short for the counter: `steady_energy_reason`)."""
+        measured = self.ok[self.ok["train_energy_j"].notna()]
+        if measured["steady_epoch_energy_j"].isna().any():
+            return "train_energy_j", "over the training"
+        return "steady_epoch_energy_j", "per steady epoch"
+
+    def steady_energy_reason(self, run: str) -> str | None:
+        """Why `run`'s steady epoch has no joules although its energy was measured (its first
+        seed's reason: training/energy.resolution_reason), or None."""
+        for seed in self.metrics[run].get("seeds", []):
+            if reason := (seed.get("energy") or {}).get("steady_epoch_energy_reason"):
+                return reason
+        return None
+
+    @property
     def no_energy_reasons(self) -> dict[str, list[str]]:
         """Why finished runs have no energy: reason -> runs."""
         reasons: dict[str, list[str]] = {}

@@ -46,10 +46,14 @@ def seed_value(seed: dict[str, Any], metric: str) -> float | None:
 
 def summary(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric: mean, n, std and the 95% interval over the seeds (None where no seed has a
-    finite value: e.g. GPU memory on a CPU)."""
+    finite value: e.g. GPU memory on a CPU; for the energy, where any seed has none)."""
     out: dict[str, Any] = {"seeds": len(seeds), "confidence": 0.95}
     for metric in SUMMARY_METRICS:
-        estimate = mean_interval([seed_value(s, metric) for s in seeds])
+        values = [seed_value(s, metric) for s in seeds]
+        if metric in ENERGY_METRICS and None in values:
+            # A mean over the seeds whose epochs the counter resolved would favour the slow ones.
+            values = []
+        estimate = mean_interval(values)
         out[metric] = None if estimate is None else estimate.to_dict()
     return out
 

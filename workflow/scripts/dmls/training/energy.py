@@ -7,14 +7,25 @@ the run's joules. What is counted is the GPU boards alone: not the CPUs, memory,
 network of the host, so it compares the GPU side of strategies and precisions, not a whole
 machine's bill. Where NVML or its counter is missing (a CPU run, no driver, an older GPU), no
 rank measures anything and the reason is recorded instead of a number.
+
+The counter moves in steps: NVML updates it on its own schedule (every 100 ms on an H100,
+driver 580: 30 changes in 3 s, gaps 97-103 ms), and a reading is its last update. A window's
+joules are therefore off by up to one update's worth at each end, and a window of k updates by
+up to 1/k of itself: a 0.2 s epoch read ±50%, and an evaluation of under 0.1 s could read
+0 J. The meter measures the update period when it opens, and a steady epoch's joules are given
+only when the epoch spans `MIN_UPDATES` updates (results.energy_summary); sums over a seed's
+whole training span many more.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 # What the joules cover, as metrics.json says it.
 COUNTS = "GPU boards only (NVML total-energy counter), not CPUs, host memory or network"
+# A steady epoch's joules are given when it spans this many counter updates (within ±10%).
+MIN_UPDATES = 10
 # Every rank's GPUs must report energy, or the run's sum would leave some out.
 _SOME_RANKS = "not every rank's GPUs report energy"
 
@@ -24,6 +35,9 @@ class EnergyMeter:
 
     def __init__(self, nvml: Any, handles: list[Any]) -> None:
         self._nvml, self._handles = nvml, handles
+        # Seconds between the counter's updates (None: it did not move twice while measured).
+        self.update_period_s = update_period(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(
+            handles[0]))  # fmt: skip
 
     @classmethod
     def open(cls, gpu_indices: list[int]) -> tuple[EnergyMeter | None, str | None]:
@@ -52,6 +66,34 @@ class EnergyMeter:
     def joules(self) -> float:
         """The counters' sum, in joules (a difference of two readings is the energy between)."""
         return sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1e3
+
+
+def update_period(read: Any, timeout_s: float = 0.5) -> float | None:
+    """Seconds between two successive changes of the counter that `read()` returns, or None
+    when it did not change twice within `timeout_s` (an idle board still draws, so it moves)."""
+    last_change = None
+    value = read()
+    begin = time.perf_counter()
+    while (now := time.perf_counter()) - begin < timeout_s:
+        current = read()
+        if current != value:
+            value = current
+            if last_change is not None:
+                return now - last_change
+            last_change = now
+    return None
+
+
+def resolution_reason(seconds: float | None, period_s: float | None) -> str | None:
+    """Why a window of `seconds` is too short for the counter to measure, or None when it
+    spans `MIN_UPDATES` updates (or either is unknown)."""
+    if seconds is None or period_s is None or seconds >= MIN_UPDATES * period_s:
+        return None
+    return (
+        f"a steady epoch of {seconds:.2f} s spans fewer than {MIN_UPDATES} of the energy "
+        f"counter's updates (every {1e3 * period_s:.0f} ms), so it would read within "
+        f"±{min(100, 100 * period_s / seconds):.0f}%"
+    )
 
 
 def agree(

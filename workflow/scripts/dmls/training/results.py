@@ -73,9 +73,10 @@ def seed_result(
     step: dict[str, Any],
     peaks: list[dict[int, tuple[int, int]]],
     parameters: int | None = None,
+    energy_period_s: float | None = None,
 ) -> dict[str, Any]:
     """One seed's result from `Trainer.fit`'s outcome; `peaks` holds every rank's GPU peaks
-    during the seed (`gpu_peaks`)."""
+    during the seed (`gpu_peaks`); `energy_period_s` the energy counter's update period."""
     history = outcome["history"]
     n_train, n_test, manifest = loaders.n_train, loaders.n_test, loaders.manifest
     train_time = sum(h["train_time_s"] for h in history)
@@ -118,7 +119,7 @@ def seed_result(
         "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
         "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
         # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
-        "energy": energy_summary(history),
+        "energy": energy_summary(history, energy_period_s),
         "effective_precision": "/".join(sorted(set(effective_precisions))),
         "fp8_linear_layers": fp8_linear_layers,
         # The model's parameters (whole, however the strategy shards them): what DDP
@@ -143,6 +144,7 @@ def job_result(
     world_size: int,
     ranks: list[dict[str, Any]],
     no_energy: str | None = None,
+    energy_period_s: float | None = None,
 ) -> dict[str, Any]:
     """The job's result: every seed's (`seed_result`), and how the job's seconds went. `times`
     holds perf_counter stamps: `start`, `joined` (the process group), `fit_start` (the first
@@ -182,7 +184,12 @@ def job_result(
         "data": first["data"],
         "world_size": world_size,
         "ranks": ranks,
-        "energy": {"measured": no_energy is None, "reason": no_energy, "counts": energy.COUNTS},
+        "energy": {
+            "measured": no_energy is None,
+            "reason": no_energy,
+            "counts": energy.COUNTS,
+            "update_period_s": energy_period_s,  # (rank 0's counter, energy.update_period)
+        },
     }
 
 
@@ -202,17 +209,25 @@ def throughput(n_train: int, epochs: dict[str, float | None]) -> float | None:
     return n_train / seconds if seconds else None
 
 
-def energy_summary(history: list[dict[str, Any]]) -> dict[str, float | None] | None:
+def energy_summary(
+    history: list[dict[str, Any]], update_period_s: float | None = None
+) -> dict[str, Any] | None:
     """A seed's joules from its epochs (`train_energy_j`, `eval_energy_j`, training/energy.py):
-    in training, in evaluation, and the steady epoch's (`steady`, as its time). None unless
-    every epoch was measured (a seed resumed on a host without the counter)."""
+    in training, in evaluation, and the steady epoch's (`steady`, as its time), which is None
+    with the reason (`steady_epoch_energy_reason`) when the steady epoch is too short for the
+    counter's `update_period_s` (energy.resolution_reason). None unless every epoch was
+    measured (a seed resumed on a host without the counter)."""
     if not history or any("train_energy_j" not in h for h in history):
         return None
     train = [h["train_energy_j"] for h in history]
+    too_short = update_period_s and energy.resolution_reason(
+        epoch_times(history)["steady_epoch_s"], update_period_s
+    )
     return {
         "train_energy_j": sum(train),
         "eval_energy_j": sum(h["eval_energy_j"] for h in history),
-        "steady_epoch_energy_j": steady(train),
+        "steady_epoch_energy_j": None if too_short else steady(train),
+        "steady_epoch_energy_reason": too_short or None,
     }
 
 

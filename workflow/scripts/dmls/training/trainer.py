@@ -408,8 +408,9 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
     result = None
     if process.is_main:
         result = job_result(
-            seeds, times=times, world_size=process.world_size, ranks=ranks, no_energy=no_energy
-        )
+            seeds, times=times, world_size=process.world_size, ranks=ranks, no_energy=no_energy,
+            energy_period_s=getattr(meter, "update_period_s", None),
+        )  # fmt: skip
     strategy.close()
     if result is not None:
         end = time.perf_counter()
@@ -449,6 +450,7 @@ def _train_seed(
             effective_precisions=effective, fp8_linear_layers=trainer.fp8_linear_layers,
             step=trainer.step_record(), peaks=all_peaks,
             parameters=sum(p.numel() for p in trainer.model.parameters()),
+            energy_period_s=getattr(meter, "update_period_s", None),
         )  # fmt: skip
         state = {"epoch": len(outcome["history"]), "model": weights}
         _save_model(model_path, spec, state)
