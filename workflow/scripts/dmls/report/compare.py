@@ -105,6 +105,12 @@ def _against(study: Study, run: str, ref: Study) -> list[str]:
     return out
 
 
+def _ratio(ratio: stats.Comparison) -> str:
+    """'1.62×, 95% interval 1.55–1.70×' (the verdict beside it says whether that is noise)."""
+    interval = f", 95% interval {ratio.low:.2f}–{ratio.high:.2f}×" if ratio.has_interval else ""
+    return f"{ratio.value:.2f}×{interval}"
+
+
 def conclusions(studies: dict[str, Study]) -> list[str]:
     """Per run against its study's baseline (throughput), in every folder: agree or not."""
     per_folder = {name: observations.baseline_comparisons(s) for name, s in studies.items()}
@@ -116,8 +122,7 @@ def conclusions(studies: dict[str, Study]) -> list[str]:
         for name, comparisons in per_folder.items():
             throughput = comparisons[run][0]
             verdicts.add(observations.verdict(throughput))
-            parts.append(f"{observations.verdict(throughput)} on {name} "
-                         f"({observations.ratio_text(throughput)})")  # fmt: skip
+            parts.append(f"{observations.verdict(throughput)} on {name} ({_ratio(throughput)})")
         agree = "they agree" if len(verdicts) == 1 else "they DISAGREE"
         lines.append(
             f"{run}'s throughput against {first.baseline}'s: " + "; ".join(parts) + f": {agree}."
