@@ -9,12 +9,12 @@ machine's bill. Where NVML or its counter is missing (a CPU run, no driver, an o
 rank measures anything and the reason is recorded instead of a number.
 
 The counter moves in steps: NVML updates it on its own schedule (every 100 ms on an H100,
-driver 580: 30 changes in 3 s, gaps 97-103 ms), and a reading is its last update. A window's
-joules are therefore off by up to one update's worth at each end, and a window of k updates by
-up to 1/k of itself: a 0.2 s epoch read ±50%, and an evaluation of under 0.1 s could read
-0 J. The meter measures the update period when it opens, and a steady epoch's joules are given
-only when the epoch spans `MIN_UPDATES` updates (results.energy_summary); sums over a seed's
-whole training span many more.
+driver 580: 30 changes in 3 s, gaps 97-103 ms), and a reading is its last update. Both
+readings of a window lag by up to one update, so its joules are off by up to one update's
+worth, and a window of k updates by up to 1/k of itself: a 0.2 s epoch reads within ±50%, and
+an evaluation of 0.03 s read 0 J or one update's joules. The meter measures the update period
+when it opens, and a steady epoch's joules are given only when the epoch spans `MIN_UPDATES`
+updates (results.energy_summary); sums over a seed's whole training span many more.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ class EnergyMeter:
     def __init__(self, nvml: Any, handles: list[Any]) -> None:
         self._nvml, self._handles = nvml, handles
         # Seconds between the counter's updates (None: it did not move twice while measured).
-        self.update_period_s = update_period(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(
-            handles[0]))  # fmt: skip
+        first = handles[0]
+        self.update_period_s = update_period(
+            lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(first)
+        )
 
     @classmethod
     def open(cls, gpu_indices: list[int]) -> tuple[EnergyMeter | None, str | None]:
