@@ -1,6 +1,6 @@
 """DataParallel's step, stock and on persistent threads, against one GPU's eager step (A1).
 
-    python3 bench/dataparallel_threads.py [--out dp.json] [--profile]   # a host with 2 GPUs
+    python3 bench/dataparallel_threads.py [--out dp.json] [--profile] [--phases]   # 2 GPUs
 
 Stock nn.DataParallel runs its replicas' forwards on new threads every step; cuDNN caches its
 convolution execution plans per thread, so each step builds them again. `replica_threads:
@@ -16,6 +16,10 @@ inside the forward convolutions (aten::cudnn_convolution, inclusive: where cuDNN
 execution plan when its thread has none cached) per step, against the step. Stock minus
 persistent is what rebuilding the plans costs; the rest of the gap to one GPU is
 DataParallel's own work (scatter, replicate, gather, the threads).
+
+With --phases, a warm epoch of each run again without the profiler, its host time per step
+split by part (phase_split): DataParallel's scatter, replicate, the replicas' forwards and
+gather, and what follows the forward (loss, backward, optimizer step).
 """
 
 from __future__ import annotations
@@ -98,6 +102,51 @@ def profile_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
     }
 
 
+def phase_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
+    """Host milliseconds per step of a warm epoch of run `name`, by part, timed with
+    perf_counter around the wrapped model's forward and, under DataParallel, around its scatter,
+    replicate, parallel_apply (the replicas' forwards) and gather. What the forward leaves is
+    the loss, the backward (both GPUs' on autograd's device threads, then the gradients summed
+    on GPU 0) and the optimizer step. No profiler: its per-op cost would inflate a host-bound
+    step."""
+    from dmls.training.parallel import strategy_for
+    from dmls.training.trainer import Trainer
+
+    spec = a1_spec(name, **(base | ROWS[name] | {"epochs": 2}))
+    strategy = strategy_for(spec)
+    process = strategy.join()
+    trainer = Trainer(spec, strategy, process, data_dir)
+    trainer.train_epoch(0)
+    trainer.synchronize()
+    seconds: dict[str, float] = dict.fromkeys(["forward"], 0.0)
+
+    def timed(part: str, call: Any) -> Any:
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                seconds[part] = seconds.get(part, 0.0) + time.perf_counter() - start
+
+        return wrapper
+
+    module = trainer.module
+    module.forward = timed("forward", module.forward)
+    if isinstance(module, torch.nn.DataParallel):
+        for part in ("scatter", "replicate", "parallel_apply", "gather"):
+            setattr(module, part, timed(part, getattr(module, part)))
+    start = time.perf_counter()
+    trainer.train_epoch(1)
+    trainer.synchronize()
+    step = time.perf_counter() - start
+    steps = len(trainer.data.train)
+    trainer.release()
+    strategy.end_seed()
+    split = {f"{part}_ms": 1000 * s / steps for part, s in seconds.items()}
+    return {"name": name, "step_ms": 1000 * step / steps, **split,
+            "after_forward_ms": 1000 * (step - seconds["forward"]) / steps}  # fmt: skip
+
+
 def thread_start_ms(repeats: int = 1000) -> float:
     """Milliseconds to start and join two threads that do nothing: what stock DataParallel's
     new threads cost by themselves, per step."""
@@ -117,6 +166,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--phases", action="store_true", help="host time per step by part")
     parser.add_argument("--no-time", dest="time", action="store_false", help="profile only")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     args = parser.parse_args()
@@ -129,6 +179,7 @@ def main() -> None:
         datasets.prepare("synthetic_cifar", {"n_train": args.n_train, "n_test": 2000}, work)
         rows = [step_ms(name, base, work, work) for name in args.rows] if args.time else []
         profiles = [profile_split(n, base, work) for n in args.rows] if args.profile else []
+        phases = [phase_split(n, base, work) for n in args.rows] if args.phases else []
     single = rows[0]["step_ms"] if rows else float("nan")
     print(f"{torch.cuda.get_device_name(0)} x2, torch {torch.__version__}")
     print(f"{'run':<26}{'ms/step':>9}{'vs 1 GPU':>10}{'test acc':>10}")
@@ -138,13 +189,13 @@ def main() -> None:
     threads_ms = thread_start_ms()
     print(f"starting and joining 2 threads, alone: {threads_ms:.3f} ms")
     print("target: dataparallel_persistent <= 2x single_gpu_eager")
-    for p in profiles:
+    for p in profiles + phases:
         print(json.dumps(p))
     if args.out:
         args.out.write_text(
             json.dumps(
                 {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows,
-                 "profiles": profiles},
+                 "profiles": profiles, "phases": phases},
                 indent=2,
             )
         )  # fmt: skip
