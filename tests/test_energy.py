@@ -85,17 +85,19 @@ def test_a_run_measures_only_when_every_rank_does():
     )  # fmt: skip
 
 
-def test_a_seeds_energy_is_its_epochs_sum_and_its_steady_epoch_the_median_after_the_first():
+def test_a_seeds_energy_is_its_epochs_sum_and_its_steady_epoch_the_mean_after_the_first():
     history = [
-        {"train_energy_j": 50.0, "eval_energy_j": 2.0},
-        {"train_energy_j": 30.0, "eval_energy_j": 1.0},
-        {"train_energy_j": 34.0, "eval_energy_j": 1.0},
-        {"train_energy_j": 31.0, "eval_energy_j": 1.0},
+        {"train_energy_j": 50.0, "eval_energy_j": 2.0, "train_time_s": 6.0},
+        {"train_energy_j": 30.0, "eval_energy_j": 1.0, "train_time_s": 2.0},
+        {"train_energy_j": 34.0, "eval_energy_j": 1.0, "train_time_s": 2.0},
+        {"train_energy_j": 32.0, "eval_energy_j": 1.0, "train_time_s": 2.0},
     ]
-    assert results.energy_summary(history) == {
-        "train_energy_j": 145.0, "eval_energy_j": 5.0, "steady_epoch_energy_j": 31.0,
+    assert results.energy_summary(history, update_period_s=0.1) == {
+        "train_energy_j": 146.0, "eval_energy_j": 5.0, "steady_epoch_energy_j": 32.0,
         "steady_epoch_energy_reason": None,
     }  # fmt: skip
+    # One epoch: no steady one.
+    assert results.energy_summary(history[:1])["steady_epoch_energy_j"] is None
     # An epoch without its joules (resumed on a host without the counter): no number at all.
     assert results.energy_summary([*history, {}]) is None
     assert results.energy_summary([]) is None
@@ -111,20 +113,20 @@ def test_the_meter_measures_how_often_the_counter_moves():
     assert energy.update_period(lambda: 7, timeout_s=0.05) is None  # it never moved
 
 
-def test_a_steady_epoch_too_short_for_the_counter_has_no_joules_and_says_why():
+def test_steady_epochs_too_short_for_the_counter_have_no_joules_and_say_why():
     history = [{"train_energy_j": j, "eval_energy_j": 1.0, "train_time_s": t}
                for j, t in ((50.0, 6.6), (30.0, 0.2), (34.0, 0.2))]  # fmt: skip
     short = results.energy_summary(history, update_period_s=0.1)
     assert short["steady_epoch_energy_j"] is None and short["train_energy_j"] == 114.0
     assert short["steady_epoch_energy_reason"] == (
-        "a steady epoch of 0.20 s spans fewer than 10 of the energy counter's updates (every "
-        "100 ms), so it would read within ±50%"
+        "epochs 2–3 trained for 0.40 s in all, fewer than 10 of the energy counter's updates "
+        "(every 100 ms)"
     )
-    # One second spans ten updates; an unknown period can't be judged.
+    # Together they span ten updates: their mean; an unknown period can't be judged.
     for row in history[1:]:
-        row["train_time_s"] = 1.0
+        row["train_time_s"] = 0.5
     assert results.energy_summary(history, update_period_s=0.1)["steady_epoch_energy_j"] == 32.0
-    assert energy.resolution_reason(0.2, None) is None
+    assert energy.resolution_reason(0.4, 3, None) is None
 
 
 class StepMeter:
@@ -232,12 +234,14 @@ def test_the_study_shows_energy_per_epoch_and_to_the_target_with_intervals(tmp_p
 def test_steady_epochs_too_short_for_the_counter_compare_the_training_s_joules_and_say_why(
     tmp_path,
 ):
-    # ddp_2gpu's 5 s epochs (× 0.9 in one seed) span under 10 updates of a 0.5 s counter.
-    study = energy_study(period_s=0.5)
+    # ddp_2gpu's later epochs, 2 × 5 s (× 0.9 in one seed), span under 10 updates of a 1 s
+    # counter in that seed: the run has no steady-epoch energy (a mean over the other seeds
+    # would favour the slow ones).
+    study = energy_study(period_s=1.0)
     assert study.energy_column == ("train_energy_j", "over the training")
     assert pd.isna(study.runs.loc["ddp_2gpu", "steady_epoch_energy_j"])
     lines = observations.energy_use(study)
-    assert lines[0].startswith("No steady-epoch energy for ddp_2gpu: a steady epoch of 4.50 s ")
+    assert lines[0].startswith("No steady-epoch energy for ddp_2gpu: epochs 2–3 trained for 9.00 s")
     assert lines[1].startswith("single_gpu draws 3,500 J over the training on its GPUs")
     assert "energy" in [name for name, _ in figures.study_figures(study, None, tmp_path)]
 

@@ -13,8 +13,10 @@ driver 580: 30 changes in 3 s, gaps 97-103 ms), and a reading is its last update
 readings of a window lag by up to one update, so its joules are off by up to one update's
 worth, and a window of k updates by up to 1/k of itself: a 0.2 s epoch reads within ±50%, and
 an evaluation of 0.03 s read 0 J or one update's joules. The meter measures the update period
-when it opens, and a steady epoch's joules are given only when the epoch spans `MIN_UPDATES`
-updates (results.energy_summary); sums over a seed's whole training span many more.
+when it opens. A steady epoch's joules are the mean over epochs 2..E, where these errors fall
+at random phases and average out (what is left shows in the seeds' spread), and are given only
+when those epochs span `MIN_UPDATES` updates together (results.energy_summary); sums over a
+seed's whole training span many more.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 # What the joules cover, as metrics.json says it.
 COUNTS = "GPU boards only (NVML total-energy counter), not CPUs, host memory or network"
-# A steady epoch's joules are given when it spans this many counter updates (within ±10%).
+# A steady epoch's joules are given when epochs 2..E span this many counter updates.
 MIN_UPDATES = 10
 # Every rank's GPUs must report energy, or the run's sum would leave some out.
 _SOME_RANKS = "not every rank's GPUs report energy"
@@ -86,15 +88,15 @@ def update_period(read: Any, timeout_s: float = 0.5) -> float | None:
     return None
 
 
-def resolution_reason(seconds: float | None, period_s: float | None) -> str | None:
-    """Why a window of `seconds` is too short for the counter to measure, or None when it
-    spans `MIN_UPDATES` updates (or either is unknown)."""
-    if seconds is None or period_s is None or seconds >= MIN_UPDATES * period_s:
+def resolution_reason(seconds: float, epochs: int, period_s: float | None) -> str | None:
+    """Why epochs 2..`epochs`, which trained for `seconds` in all, are too short for the counter
+    to give a steady epoch's joules, or None when they span `MIN_UPDATES` updates (or the
+    period is unknown)."""
+    if period_s is None or seconds >= MIN_UPDATES * period_s:
         return None
     return (
-        f"a steady epoch of {seconds:.2f} s spans fewer than {MIN_UPDATES} of the energy "
-        f"counter's updates (every {1e3 * period_s:.0f} ms), so it would read within "
-        f"±{min(100, 100 * period_s / seconds):.0f}%"
+        f"epochs 2–{epochs} trained for {seconds:.2f} s in all, fewer than {MIN_UPDATES} of "
+        f"the energy counter's updates (every {1e3 * period_s:.0f} ms)"
     )
 
 

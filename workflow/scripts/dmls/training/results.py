@@ -213,20 +213,26 @@ def energy_summary(
     history: list[dict[str, Any]], update_period_s: float | None = None
 ) -> dict[str, Any] | None:
     """A seed's joules from its epochs (`train_energy_j`, `eval_energy_j`, training/energy.py):
-    in training, in evaluation, and the steady epoch's (`steady`, as its time), which is None
-    with the reason (`steady_epoch_energy_reason`) when the steady epoch is too short for the
+    in training, in evaluation, and per steady epoch: the mean of epochs 2..E's training joules
+    (a mean, not the median the steady time takes: each epoch's reading is off by up to one of
+    the counter's updates, and a mean averages that over the epochs). That is None, with the
+    reason (`steady_epoch_energy_reason`), when epochs 2..E together are too short for the
     counter's `update_period_s` (energy.resolution_reason). None unless every epoch was
     measured (a seed resumed on a host without the counter)."""
     if not history or any("train_energy_j" not in h for h in history):
         return None
     train = [h["train_energy_j"] for h in history]
-    too_short = update_period_s and energy.resolution_reason(
-        epoch_times(history)["steady_epoch_s"], update_period_s
-    )
+    later = history[1:]
+    too_short = (
+        update_period_s
+        and later
+        and energy.resolution_reason(sum(h["train_time_s"] for h in later), len(history),
+                                     update_period_s)
+    )  # fmt: skip
     return {
         "train_energy_j": sum(train),
         "eval_energy_j": sum(h["eval_energy_j"] for h in history),
-        "steady_epoch_energy_j": None if too_short else steady(train),
+        "steady_epoch_energy_j": None if too_short or not later else statistics.fmean(train[1:]),
         "steady_epoch_energy_reason": too_short or None,
     }
 
