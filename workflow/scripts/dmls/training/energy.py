@@ -13,7 +13,7 @@ driver 580: 30 changes in 3 s, gaps 97-103 ms), and a reading is its last update
 readings of a window lag by up to one update, so its joules are off by up to one update's
 worth, and a window of k updates by up to 1/k of itself: a 0.2 s epoch reads within ±50%, and
 an evaluation of 0.03 s read 0 J or one update's joules. The meter measures the update period
-when it opens. A steady epoch's joules are the mean over epochs 2..E, where these errors fall
+when first asked. A steady epoch's joules are the mean over epochs 2..E, where these errors fall
 at random phases and average out (what is left shows in the seeds' spread), and are given only
 when those epochs span `MIN_UPDATES` updates together (results.energy_summary); sums over a
 seed's whole training span many more.
@@ -21,6 +21,7 @@ seed's whole training span many more.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -37,11 +38,14 @@ class EnergyMeter:
 
     def __init__(self, nvml: Any, handles: list[Any]) -> None:
         self._nvml, self._handles = nvml, handles
-        # Seconds between the counter's updates (None: it did not move twice while measured).
-        first = handles[0]
-        self.update_period_s = update_period(
-            lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(first)
-        )
+
+    @functools.cached_property
+    def update_period_s(self) -> float | None:
+        """Seconds between the counter's updates (None: it did not move twice while measured).
+        Measured once, when first asked: only the rank that writes the results asks, and only
+        after its first seed has trained, outside the epochs' timed windows."""
+        return update_period(lambda: self._nvml.nvmlDeviceGetTotalEnergyConsumption(
+            self._handles[0]))  # fmt: skip
 
     @classmethod
     def open(cls, gpu_indices: list[int]) -> tuple[EnergyMeter | None, str | None]:

@@ -223,12 +223,9 @@ def energy_summary(
         return None
     train = [h["train_energy_j"] for h in history]
     later = history[1:]
-    too_short = (
-        update_period_s
-        and later
-        and energy.resolution_reason(sum(h["train_time_s"] for h in later), len(history),
-                                     update_period_s)
-    )  # fmt: skip
+    too_short = later and energy.resolution_reason(
+        sum(h["train_time_s"] for h in later), len(history), update_period_s
+    )
     return {
         "train_energy_j": sum(train),
         "eval_energy_j": sum(h["eval_energy_j"] for h in history),
