@@ -8,6 +8,8 @@
 #     results folder, e.g. runs/parallelism/ddp_2gpu/metrics.json: only the jobs it needs)
 #   ISOLATION=devices bash bench/dag_speed.sh ...     (jobs side by side; default: host)
 #   EXTRA_CONFIG=file.yaml bash bench/dag_speed.sh ... (config keys over the ones below)
+#   RESULTS=results/dag-host bash bench/dag_speed.sh ... (another results folder; default
+#     results/dag-gpu, kept on a warm machine so that a second call resumes the DAG)
 # Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
 # of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv, report.html and the
 # results folder without checkpoints and model files (results.tar.gz: what `compare` reads).
@@ -15,7 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/dag}}")
 limit=${2:-3000}
-results=results/dag-gpu  # kept on a warm machine: a second call resumes the DAG
+results=${RESULTS:-results/dag-gpu}
 targets=("${@:3}")
 targets=("${targets[@]/#/$results/}")
 mkdir -p "$out"
