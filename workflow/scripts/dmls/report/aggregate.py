@@ -1,6 +1,7 @@
 """Collect every run's metrics.json into one table (results/runs.csv: one row per run, each
-number the mean over the run's seeds with its 95% interval's half-width in `<column>_ci95`) and
-one per seed (results/seeds.csv)."""
+number the mean over the run's seeds with its 95% interval's half-width in `<column>_ci95`, but
+peak GPU memory, the job's peak over its seeds: `job_peaks`) and one per seed
+(results/seeds.csv)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pandas as pd
 
 from dmls.files import atomic_write, read_json
 from dmls.report.cells import joined
-from dmls.supervisor.repeats import SUMMARY_METRICS, seed_value
+from dmls.supervisor.repeats import MEMORY_METRICS, SUMMARY_METRICS, seed_value
 from dmls.supervisor.supervise import METRICS_VERSION
 
 # Leading columns, in this order; every spec key follows as a `spec.`-prefixed column.
@@ -51,6 +52,7 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
         estimates = {m: summary[m] or {} for m in SUMMARY_METRICS}
         row |= {m: e.get("mean") for m, e in estimates.items()}
         row |= {f"{m}_ci95": e.get("ci95") for m, e in estimates.items()}
+        row |= job_peaks(metrics["seeds"])
         row |= {
             "data_synthetic": metrics["data"]["synthetic"],
             "effective_precision": metrics["effective_precision"],
@@ -70,6 +72,26 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
     spec = pd.json_normalize(metrics["spec"], sep=".").iloc[0].to_dict()
     row |= {f"spec.{k}": joined(v) for k, v in spec.items() if k not in ("study", "run")}
     return row
+
+
+def job_peaks(seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's peak GPU memory: its job's, the largest over the seeds, with no interval.
+
+    Memory has no seed noise: a seed's peak depends on the process it trains in, not on its
+    seed. The first seed of a process pays cuDNN's autotuning (`cudnn.benchmark`, on for graph
+    and compiled steps): each new shape tries several algorithms, each with its workspace, and
+    the later seeds reuse the tuned plans. bench/seed_memory.py shows it in one process: the
+    course CNN at batch 32 peaked at 142.9 MiB in its first seed and 86.6 MiB in the next two
+    with autotuning on, 86.6 MiB in all three with it off (1x H200, torch 2.11). A mean over the
+    seeds with a Student-t interval would mix the two (the example report's ddp_2gpu gave
+    220.9 ± 63.8 MiB from 250.6, 206.1 and 206.1). The job's peak is what a process training
+    the run needs, as a job of one seed measures it; seeds.csv keeps each seed's."""
+    peaks = {}
+    for metric in MEMORY_METRICS:
+        values = [v for v in (seed_value(s, metric) for s in seeds) if v is not None]
+        peaks[metric] = max(values, default=None)
+        peaks[f"{metric}_ci95"] = None
+    return peaks
 
 
 class MetricsError(ValueError):

@@ -211,6 +211,37 @@ def warm_process(study: Study) -> list[str]:
     return [line]
 
 
+def memory_per_job(study: Study) -> list[str]:
+    """What the peak GPU memory of a run is (aggregate.job_peaks), and by how much the first
+    seed of each job peaked above its later ones: the first seed of a process pays cuDNN's
+    autotuning, the later ones reuse its plans."""
+    column = "peak_gpu_mem_allocated_bytes"
+    if study.memory is None or study.memory[0] != column:
+        return []
+    above = []
+    for run in study.ok.index:
+        # A kept seed trained in an earlier, killed process: it was not warm in this one.
+        seeds = study.metrics[run]["seeds"]
+        peaks = [s[column] for s in seeds if not s["kept"] and s[column] is not None]
+        if len(peaks) >= 2 and peaks[0] - max(peaks[1:]) >= 0.05 * MIB:
+            above.append(f"{run} {(peaks[0] - max(peaks[1:])) / MIB:.1f} MiB")
+    if not any(len(study.metrics[run]["seeds"]) > 1 for run in study.ok.index):
+        return []
+    line = (
+        "Peak GPU memory is each run's job peak, the largest over its seeds, and has no "
+        "interval: it depends on the process a seed trains in, not on the seed."
+    )
+    if above:
+        line += (
+            " The first seed of each job peaked above the later ones in "
+            f"{', '.join(above)}: it pays cuDNN's autotuning (cudnn.benchmark, on for graph and "
+            "compiled steps), which tries several algorithms per new shape, each with its "
+            "workspace; the later seeds reuse the tuned plans (bench/seed_memory.py reproduces "
+            "it with autotuning on and off)."
+        )
+    return [line]
+
+
 def compared_with(study: Study, other: Study) -> list[str]:
     """Runs of the same name in another study (B2 accelerate beside B1 torchrun)."""
     lines = []
@@ -477,7 +508,8 @@ def all_observations(
     lines = seed_note(study) + versus_baseline(study) + scaling(study) + sweep(study)
     lines += communication(study, collectives)
     lines += time_to_accuracy(study) + energy_use(study)
-    lines += warm_process(study) + precision_check(study) + step_check(study)
+    lines += warm_process(study) + memory_per_job(study) + precision_check(study)
+    lines += step_check(study)
     if other is not None:
         lines += compared_with(study, other)
     return lines + timing_caveat(study)

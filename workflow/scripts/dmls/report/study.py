@@ -11,7 +11,7 @@ import pandas as pd
 from dmls import stats
 from dmls.report import cells
 from dmls.report.aggregate import summarize
-from dmls.supervisor.repeats import SUMMARY_METRICS, seed_value
+from dmls.supervisor.repeats import MEMORY_METRICS, SUMMARY_METRICS, seed_value
 
 # Only finished runs have numbers in the report; the others show their status and reason.
 OK = "ok"
@@ -188,8 +188,9 @@ class Study:
     def seed_values(self, run: str, metric: str) -> list[float | None]:
         """`run`'s value of `metric` in each of its seeds (what intervals and comparisons are
         computed from); a metric the seeds don't record (host RSS, the job's peak over its
-        ranks) is the run's one value."""
-        if metric not in SUMMARY_METRICS:
+        ranks) or that has no seed noise (peak GPU memory: aggregate.job_peaks) is the run's
+        one value."""
+        if metric not in SUMMARY_METRICS or metric in MEMORY_METRICS:
             return [self.runs.at[run, metric]]
         return [seed_value(seed, metric) for seed in self.metrics[run]["seeds"]]
 
