@@ -1,6 +1,6 @@
 """Collect every run's metrics.json into one table (results/runs.csv: one row per run, each
 number the mean over the run's seeds with its 95% interval's half-width in `<column>_ci95`, but
-peak GPU memory, the job's peak over its seeds: `job_peaks`) and one per seed
+peak GPU memory, the lowest of its seeds' peaks: `job_peaks`) and one per seed
 (results/seeds.csv)."""
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_peaks(seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    """A run's peak GPU memory: its job's, the largest over the seeds, with no interval.
+    """A run's peak GPU memory in a warm process: the lowest of its seeds' peaks, with no
+    interval.
 
     Memory has no seed noise: a seed's peak depends on the process it trains in, not on its
     seed. The first seed of a process pays cuDNN's autotuning (`cudnn.benchmark`, on for graph
@@ -83,13 +84,16 @@ def job_peaks(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     the later seeds reuse the tuned plans. bench/seed_memory.py shows it in one process: the
     course CNN at batch 32 peaked at 142.9 MiB in its first seed and 86.6 MiB in the next two
     with autotuning on, 86.6 MiB in all three with it off (1x H200, torch 2.11). A mean over the
-    seeds with a Student-t interval would mix the two (the example report's ddp_2gpu gave
-    220.9 ± 63.8 MiB from 250.6, 206.1 and 206.1). The job's peak is what a process training
-    the run needs, as a job of one seed measures it; seeds.csv keeps each seed's."""
+    seeds with a Student-t interval mixes the two (the example report's ddp_2gpu: 220.9 ± 63.8
+    MiB from 250.6, 206.1 and 206.1), and the largest seed compares autotuning's trials, not
+    the technique studied (fp32 peaked 44 MiB above bf16 in its first seed, 0.3 MiB below it in
+    the later ones). So a run's number is its warm peak; the report says by how much each
+    job's first seed peaked above it (observations.memory_per_job), and seeds.csv keeps each
+    seed's. A run of one seed has only its first seed's peak, autotuning included."""
     peaks = {}
     for metric in MEMORY_METRICS:
         values = [v for v in (seed_value(s, metric) for s in seeds) if v is not None]
-        peaks[metric] = max(values, default=None)
+        peaks[metric] = min(values, default=None)
         peaks[f"{metric}_ci95"] = None
     return peaks
 

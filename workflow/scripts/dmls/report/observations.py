@@ -212,32 +212,32 @@ def warm_process(study: Study) -> list[str]:
 
 
 def memory_per_job(study: Study) -> list[str]:
-    """What the peak GPU memory of a run is (aggregate.job_peaks), and by how much the first
-    seed of each job peaked above its later ones: the first seed of a process pays cuDNN's
-    autotuning, the later ones reuse its plans."""
+    """What a run's peak GPU memory is (aggregate.job_peaks: the warm process's, the lowest of
+    its seeds'), and by how much each job's first seed peaked above it: the first seed of a
+    process pays cuDNN's autotuning, the later ones reuse its plans."""
     column = "peak_gpu_mem_allocated_bytes"
     if study.memory is None or study.memory[0] != column:
+        return []
+    if not any(len(study.metrics[run]["seeds"]) > 1 for run in study.ok.index):
         return []
     above = []
     for run in study.ok.index:
         # A kept seed trained in an earlier, killed process: it was not warm in this one.
         seeds = study.metrics[run]["seeds"]
         peaks = [s[column] for s in seeds if not s["kept"] and s[column] is not None]
-        if len(peaks) >= 2 and peaks[0] - max(peaks[1:]) >= 0.05 * MIB:
-            above.append(f"{run} {(peaks[0] - max(peaks[1:])) / MIB:.1f} MiB")
-    if not any(len(study.metrics[run]["seeds"]) > 1 for run in study.ok.index):
-        return []
+        if len(peaks) >= 2 and peaks[0] - min(peaks[1:]) >= 0.05 * MIB:
+            above.append(f"{run} {(peaks[0] - min(peaks[1:])) / MIB:.1f} MiB")
     line = (
-        "Peak GPU memory is each run's job peak, the largest over its seeds, and has no "
-        "interval: it depends on the process a seed trains in, not on the seed."
+        "Peak GPU memory is each run's peak in a warm process, the lowest of its seeds' peaks, "
+        "and has no interval: it depends on the process a seed trains in, not on the seed."
     )
     if above:
         line += (
-            " The first seed of each job peaked above the later ones in "
+            " The first seed of a job peaked higher, by "
             f"{', '.join(above)}: it pays cuDNN's autotuning (cudnn.benchmark, on for graph and "
             "compiled steps), which tries several algorithms per new shape, each with its "
             "workspace; the later seeds reuse the tuned plans (bench/seed_memory.py reproduces "
-            "it with autotuning on and off)."
+            "it with autotuning on and off). A job of one seed needs that much more."
         )
     return [line]
 
