@@ -181,7 +181,8 @@ def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, An
                f"test acc. vs {ref_name}", "spec differs in"]  # fmt: skip
     machines = {name: hosts([m for ms in by.values() for m in ms]) for name, by in loaded.items()}
     return {"folders": dict(zip(names, map(str, folders), strict=True)), "reference": ref_name,
-            "columns": columns, "sections": sections, "hosts": machines}  # fmt: skip
+            "columns": columns, "shown": len(SHOWN), "sections": sections,
+            "hosts": machines}  # fmt: skip
 
 
 def render(result: dict[str, Any]) -> str:
