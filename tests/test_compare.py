@@ -1,6 +1,7 @@
 """Results folders side by side (dmls/report/compare.py): ratios with intervals, runs one side
 lacks, specs that differ, and whether the conclusions agree."""
 
+import html
 import re
 
 import pytest
@@ -103,3 +104,20 @@ def test_the_compare_target_of_the_workflow_writes_the_page(folders, tmp_path):
     page = (out / "compare" / "compare.html").read_text()
     assert "dataparallel_2gpu: not in b" in page
     assert "they agree" in (out / "logs" / "compare.log").read_text()
+
+
+def test_the_committed_example_folders_compare(tmp_path):
+    """docs/example-report/results: the GPU example run and its isolation: host twin, as their
+    README rebuilds the comparison page: both hosts, the runs the second lacks, DDP's
+    throughput conclusion on both."""
+    from conftest import ROOT
+
+    results = ROOT / "docs" / "example-report" / "results"
+    page = tmp_path / "compare.html"
+    assert compare.main([str(results / "h200x4-devices"), str(results / "h200x4-host"),
+                         "-o", str(page)]) == 0  # fmt: skip
+    text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text())))
+    assert text.count("4 × NVIDIA H200") == 2
+    assert "dataparallel_2gpu: not in h200x4-host" in text
+    assert re.search(r"ddp_2gpu's throughput against single_gpu's: higher on h200x4-devices "
+                     r"\(1\.\d\d×.*higher on h200x4-host \(1\.\d\d×.*they agree", text)  # fmt: skip

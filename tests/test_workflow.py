@@ -49,6 +49,14 @@ def test_dry_run_of_the_default_config_plans_every_run():
     assert all(counts[rule] == 1 for rule in SPECIAL_STUDY_RULES)
 
 
+def test_the_example_reports_config_is_valid_and_plans_every_run():
+    """docs/example-report/config.yaml, over the default config, as its README runs it."""
+    out = snakemake("-n", "--cores", "4", "--forceall", "--configfile",
+                    "docs/example-report/config.yaml")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert re.search(rf"^train +{EXPECTED_TRAIN_JOBS}$", out.stdout, re.M), out.stdout[-2000:]
+
+
 def test_each_local_run_gets_the_cores_its_isolation_gives():
     """`host`: every core; `devices`: cluster.cpus_per_process (4) per process, capped at
     --cores (what the run then reserves)."""
