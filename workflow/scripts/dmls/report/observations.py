@@ -13,7 +13,7 @@ import pandas as pd
 from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.report.cells import MIB, joules, seconds
-from dmls.report.study import OK, Study
+from dmls.report.study import OK, Study, seeds_to_target, warm_seeds
 
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
 # that epoch-to-epoch noise of a few parts per thousand is not called overfitting.
@@ -447,6 +447,39 @@ def time_to_accuracy(study: Study) -> list[str]:
         if run != base and base_times is not None:
             text += f", {ratio_text(stats.ratio(times, base_times))} {base}'s"
         lines.append(text + ".")
+    return lines + _cold_seeds_to_target(study)
+
+
+def _cold_seeds_to_target(study: Study) -> list[str]:
+    """Which seeds the times to the target come from (study.timed_seeds), and how much longer
+    each job's first seed took to get there: the process's one-time warm-up."""
+    extra, cold_only = [], []
+    for run in study.ok.index:
+        metrics = study.metrics[run]
+        reached = seeds_to_target(metrics, study.target_accuracy)
+        warm = warm_seeds(metrics)
+        if None in reached:
+            continue
+        if not warm:
+            cold_only.append(run)
+            continue
+        cold = [k for k in range(len(reached)) if k not in warm]
+        first = np.mean([reached[k][0] for k in cold]) - np.mean([reached[k][0] for k in warm])
+        extra.append(f"{run} {_s(first)}")
+    lines = []
+    if extra:
+        lines.append(
+            "Times and energy to the target are those of the seeds that trained in a warm "
+            "process, each job's seeds after its first: the first seed of a process also pays, "
+            "in its first epoch, what the process does once (cuDNN's autotuning, loading "
+            "kernels, compile caches), and took longer to the target by "
+            f"{', '.join(extra)}. A job of one seed pays that in every seed."
+        )
+    if cold_only and extra:
+        lines.append(
+            f"{', '.join(cold_only)}: no seed trained in a warm process, so its times to the "
+            "target include the process's warm-up and compare with the others' only roughly."
+        )
     return lines
 
 
