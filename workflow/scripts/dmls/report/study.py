@@ -194,6 +194,11 @@ class Study:
             return [self.runs.at[run, metric]]
         return [seed_value(seed, metric) for seed in self.metrics[run]["seeds"]]
 
+    def timed_values(self, run: str, metric: str) -> list[float | None]:
+        """`seed_values` of the seeds that trained in a warm process (`timed_seeds`)."""
+        values = self.seed_values(run, metric)
+        return [values[k] for k in timed_seeds(self.metrics[run])]
+
     def seconds_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's time to the study's target accuracy (`timed_seeds`: those of a
         warm process where the job has any), None unless every seed reached it (what the
