@@ -82,3 +82,62 @@ def test_ddp_joins_the_group_torchrun_prepared_and_skips_sync_on_request(monkeyp
         strategy.close()  # (a world of one has no peer to wait for: it leaves the group be)
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def _fake_broadcast(tensors, devices, detach=False):
+    """replicate's broadcast without GPUs: a copy per device, through autograd unless detached
+    (as Broadcast.apply does on CUDA)."""
+    return [[t.detach().clone() if detach else t * 1 for t in tensors] for _ in devices]
+
+
+def test_persistent_replicas_lay_out_what_replicate_does_and_are_kept_between_steps(
+    monkeypatch,
+):
+    """The course CNN on two fake devices (the broadcast stubbed, CPU): the first call builds
+    the replicas with torch's replicate, later calls keep their module objects and only set
+    the new copies; the outputs and the gradients that reach the originals equal replicate's;
+    a train/eval or grad-mode change builds them again."""
+    from dmls.training.models import CourseCNN
+    from dmls.training.parallel import PersistentReplicas, replicate_module
+
+    monkeypatch.setattr(replicate_module, "_broadcast_coalesced_reshape", _fake_broadcast)
+    torch.manual_seed(0)
+    network = CourseCNN((3, 32, 32), 10, [8, 16], 32, 0.0, True, "relu")
+    x = torch.randn(4, 3, 32, 32)
+    replicas = PersistentReplicas()
+
+    def grads(build):
+        network.zero_grad()
+        outputs = [r(x) for r in build()]
+        sum(o.square().sum() for o in outputs).backward()
+        return [p.grad.clone() for p in network.parameters()], outputs
+
+    stock_grads, stock_out = grads(lambda: replicate_module.replicate(network, [0, 1]))
+    first = replicas(network, [0, 1], detach=False)
+    kept_grads, kept_out = grads(lambda: replicas(network, [0, 1], detach=False))
+    second = replicas(network, [0, 1], detach=False)
+    assert replicas.builds == 1
+    assert [id(r) for r in second] == [id(r) for r in first]  # the same module objects
+    for ours, theirs in zip(kept_out, stock_out, strict=True):
+        torch.testing.assert_close(ours, theirs)
+    for ours, theirs in zip(kept_grads, stock_grads, strict=True):
+        torch.testing.assert_close(ours, theirs)
+    # Each step sets fresh copies, as replicate does: no longer leaves, not the originals.
+    conv = next(m for m in second[0].modules() if isinstance(m, nn.Conv2d))
+    original = next(m for m in network.modules() if isinstance(m, nn.Conv2d))
+    assert conv.weight is not original.weight and not conv.weight.is_leaf
+    assert conv._former_parameters["weight"] is conv.weight
+    torch.testing.assert_close(conv.weight, original.weight)
+    # An optimizer step changes the originals in place: the next step's copies follow.
+    with torch.no_grad():
+        original.weight.add_(1.0)
+    third = replicas(network, [0, 1], detach=False)
+    conv = next(m for m in third[1].modules() if isinstance(m, nn.Conv2d))
+    torch.testing.assert_close(conv.weight, original.weight)
+    assert replicas.builds == 1
+    network.eval()
+    assert not replicas(network, [0, 1], detach=False)[0].training
+    assert replicas.builds == 2
+    with torch.no_grad():
+        evaluated = replicas(network, [0, 1], detach=True)
+    assert replicas.builds == 3 and not evaluated[0].training
