@@ -4,7 +4,8 @@
 
 Stock nn.DataParallel runs its replicas' forwards on new threads every step; cuDNN caches its
 convolution execution plans per thread, so each step builds them again. `replica_threads:
-persistent` (dmls/training/parallel.py, ThreadedDataParallel) keeps one thread per GPU. Each
+persistent` (dmls/training/parallel.py, ThreadedDataParallel) keeps one thread per GPU, and
+the replicas' module objects between steps (PersistentReplicas). Each
 row is one training of the pipeline's own engine with A1's model and settings, batch 32 per
 GPU, data on the GPU, eager steps (DataParallel can't replay a CUDA graph), on a synthetic
 CIFAR-shaped set; a step's time is the steady epoch (median of epochs 2..E) over its steps.
