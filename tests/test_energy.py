@@ -238,7 +238,14 @@ def test_steady_epochs_too_short_for_the_counter_compare_the_training_s_joules_a
     # counter in that seed: the run has no steady-epoch energy (a mean over the other seeds
     # would favour the slow ones).
     study = energy_study(period_s=1.0)
-    assert study.energy_column == ("train_energy_j", "over the training")
+    assert study.energy_column == (
+        "train_energy_warm_j",
+        "over the training (seeds of a warm process)",
+    )
+    # 35 s × 100 W × (1.0, 1.1): seeds 1 and 2, Student t over the two.
+    assert study.runs.at["single_gpu", "train_energy_warm_j"] == pytest.approx(3675.0)
+    half = scipy.stats.t.ppf(0.975, 1) * np.std([3500, 3850], ddof=1) / np.sqrt(2)
+    assert study.runs.at["single_gpu", "train_energy_warm_j_ci95"] == pytest.approx(half)
     assert pd.isna(study.runs.loc["ddp_2gpu", "steady_epoch_energy_j"])
     lines = observations.energy_use(study)
     assert lines[0].startswith("No steady-epoch energy for ddp_2gpu: epochs 2–3 trained for 9.00 s")

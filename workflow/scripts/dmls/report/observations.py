@@ -499,18 +499,13 @@ def energy_use(study: Study) -> list[str]:
     for run in measured.index:
         if reason := study.steady_energy_reason(run):
             lines.append(f"No steady-epoch energy for {run}: {reason}.")
-    # Over the whole training, the first seed of a process also pays its warm-up (as it does
-    # to the target): those joules are compared over the seeds of a warm process.
-    values = study.timed_values if column == "train_energy_j" else study.seed_values
-    if column == "train_energy_j":
-        per += " (seeds of a warm process)"
     for run, row in measured.iterrows():
         text = (
-            f"{run} draws {joules(np.mean(values(run, column)))} J {per} on its GPUs, "
+            f"{run} draws {joules(row[column])} J {per} on its GPUs, "
             f"{row['train_power_w']:.0f} W on average in training"
         )
         if run != base and base in measured.index:
-            ratio = stats.ratio(values(run, column), values(base, column))
+            ratio = _compare(stats.ratio, study, run, base, column)
             text += f", {ratio_text(ratio)} {base}'s energy"
             to_target = study.target_accuracy and [study.joules_to_target(r) for r in (run, base)]
             if to_target and None not in to_target:

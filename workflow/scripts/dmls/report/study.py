@@ -55,6 +55,8 @@ INTERVAL_COLUMNS = frozenset(SUMMARY_METRICS) - {"epochs_completed"}
 # With a study's `target_accuracy`: the time, epochs and GPU energy to reach it, with their
 # intervals.
 TARGET_COLUMNS = frozenset({"time_to_target_s", "epochs_to_target", "energy_to_target_j"})
+# The GPUs' joules over the training in the seeds of a warm process (Study.energy_column).
+WARM_ENERGY = "train_energy_warm_j"
 # Where the runs' GPUs reported energy (training/energy.py): joules per steady epoch and over
 # the whole training.
 ENERGY_COLUMNS: list[tuple[str, str]] = [
@@ -95,6 +97,8 @@ class Study:
         # The GPUs' mean power in training: their joules over the seconds, means over seeds.
         if "train_energy_j" in runs:  # (no run that trained: no such column)
             runs["train_power_w"] = runs["train_energy_j"].astype(float) / runs["train_time_s"]
+            warm = pd.DataFrame([_warm_energy(m) for m in metrics], index=runs.index)
+            runs = runs.join(warm)
         target = settings.get("target_accuracy")
         if target is not None:
             reached = pd.DataFrame([_to_target(m, target) for m in metrics], index=runs.index)
@@ -190,6 +194,8 @@ class Study:
         computed from); a metric the seeds don't record (host RSS, the job's peak over its
         ranks) or that has no seed noise (peak GPU memory: aggregate.job_peaks) is the run's
         one value."""
+        if metric == WARM_ENERGY:
+            return self.timed_values(run, "train_energy_j")
         if metric not in SUMMARY_METRICS or metric in MEMORY_METRICS:
             return [self.runs.at[run, metric]]
         return [seed_value(seed, metric) for seed in self.metrics[run]["seeds"]]
@@ -229,10 +235,11 @@ class Study:
     def energy_column(self) -> tuple[str, str]:
         """(column, how it is counted) that compares the runs' energy: per steady epoch, or over
         the whole training where a measured run has no steady epoch's (a single epoch, or
-        epochs too short for the counter: `steady_energy_reason`)."""
+        epochs too short for the counter: `steady_energy_reason`), in the seeds of a warm
+        process (`WARM_ENERGY`)."""
         measured = self.ok[self.ok["train_energy_j"].notna()]
         if measured["steady_epoch_energy_j"].isna().any():
-            return "train_energy_j", "over the training"
+            return WARM_ENERGY, "over the training (seeds of a warm process)"
         return "steady_epoch_energy_j", "per steady epoch"
 
     def steady_energy_reason(self, run: str) -> str | None:
@@ -353,6 +360,18 @@ def seeds_to_target(
     """Each seed's (seconds, epochs, joules) to `target` (`time_to_target`), None where it
     never got there."""
     return [time_to_target(seed["history"], target) for seed in metrics["seeds"]]
+
+
+def _warm_energy(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A run's GPU energy over the training in the seeds of a warm process (`timed_seeds`):
+    the first seed of a process also pays its warm-up, as it does to the target accuracy."""
+    if metrics["status"] != OK:
+        return {}
+    values = [seed_value(metrics["seeds"][k], "train_energy_j") for k in timed_seeds(metrics)]
+    estimate = None if None in values else stats.mean_interval(values)
+    if estimate is None:
+        return {}
+    return {WARM_ENERGY: estimate.mean, f"{WARM_ENERGY}_ci95": estimate.half_width}
 
 
 def warm_seeds(metrics: dict[str, Any]) -> list[int]:
