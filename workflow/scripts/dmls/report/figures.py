@@ -119,7 +119,7 @@ def energy(study: Study, path: Path) -> Path:
     and, with a target accuracy, the energy to reach it, every run side by side."""
     column, per = study.energy_column
     panels = [
-        (column, f"GPU energy {per} (J)", 1.0),
+        (column, textwrap.fill(f"GPU energy {per} (J)", 40), 1.0),
         ("train_power_w", "mean GPU power in training (W)", 1.0),
     ]
     if study.target_accuracy is not None:
