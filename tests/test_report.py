@@ -389,12 +389,19 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     assert observations.memory_per_job(study) == [
         "Peak GPU memory is each run's peak in a warm process, the lowest of its seeds' peaks, "
         "and has no interval: it depends on the process a seed trains in, not on the seed. The "
-        "first seed of a job peaked higher, by graph 60.0 MiB: it pays cuDNN's autotuning "
-        "(cudnn.benchmark, on for graph and compiled steps), which tries several algorithms per "
-        "new shape, each with its workspace; the later seeds reuse the tuned plans "
+        "first seed of a job peaked higher, by graph 60.0 MiB: with graph or compiled steps it "
+        "pays cuDNN's autotuning (cudnn.benchmark), which tries several algorithms per new "
+        "shape, each with its workspace; the later seeds reuse the tuned plans "
         "(bench/seed_memory.py reproduces it with autotuning on and off). A job of one seed "
         "needs that much more."
     ]
+    # An eager run's first-seed excess is named, not put down to autotuning (it is off there).
+    eager = [fake_metrics("eager", epochs=3, spread=(1.01, 1.0, 1.0), step="eager"), metrics[0]]
+    line = observations.memory_per_job(
+        Study.from_metrics("parallelism", {"baseline": "flat"}, eager)
+    )[0]
+    assert line.endswith("With eager steps the first seed also peaked higher, by eager 3.0 "
+                         "MiB; that was not measured further.")  # fmt: skip
     assert observations.memory_per_job(study)[0] in observations.all_observations(study)
     assert observations.memory_per_job(a1_study()) == []  # one seed: nothing to say
 

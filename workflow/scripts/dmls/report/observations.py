@@ -213,31 +213,38 @@ def warm_process(study: Study) -> list[str]:
 
 def memory_per_job(study: Study) -> list[str]:
     """What a run's peak GPU memory is (aggregate.job_peaks: the warm process's, the lowest of
-    its seeds'), and by how much each job's first seed peaked above it: the first seed of a
-    process pays cuDNN's autotuning, the later ones reuse its plans."""
+    its seeds'), and by how much each job's first seed peaked above it: in graph and compiled
+    steps (cudnn.benchmark on) the first seed of a process pays cuDNN's autotuning, the later
+    ones reuse its plans; in eager steps the cause was not measured, and the line says so."""
     column = "peak_gpu_mem_allocated_bytes"
     if study.memory is None or study.memory[0] != column:
         return []
     if not any(len(study.metrics[run]["seeds"]) > 1 for run in study.ok.index):
         return []
-    above = []
-    for run in study.ok.index:
+    tuned, other = [], []
+    for run, row in study.ok.iterrows():
         # A kept seed trained in an earlier, killed process: it was not warm in this one.
         seeds = study.metrics[run]["seeds"]
         peaks = [s[column] for s in seeds if not s["kept"] and s[column] is not None]
         if len(peaks) >= 2 and peaks[0] - min(peaks[1:]) >= 0.05 * MIB:
-            above.append(f"{run} {(peaks[0] - min(peaks[1:])) / MIB:.1f} MiB")
+            text = f"{run} {(peaks[0] - min(peaks[1:])) / MIB:.1f} MiB"
+            (tuned if str(row["step_mode"]).startswith("cuda_graph") else other).append(text)
     line = (
         "Peak GPU memory is each run's peak in a warm process, the lowest of its seeds' peaks, "
         "and has no interval: it depends on the process a seed trains in, not on the seed."
     )
-    if above:
+    if tuned:
         line += (
-            " The first seed of a job peaked higher, by "
-            f"{', '.join(above)}: it pays cuDNN's autotuning (cudnn.benchmark, on for graph and "
-            "compiled steps), which tries several algorithms per new shape, each with its "
-            "workspace; the later seeds reuse the tuned plans (bench/seed_memory.py reproduces "
-            "it with autotuning on and off). A job of one seed needs that much more."
+            f" The first seed of a job peaked higher, by {', '.join(tuned)}: with graph or "
+            "compiled steps it pays cuDNN's autotuning (cudnn.benchmark), which tries several "
+            "algorithms per new shape, each with its workspace; the later seeds reuse the tuned "
+            "plans (bench/seed_memory.py reproduces it with autotuning on and off). A job of one "
+            "seed needs that much more."
+        )
+    if other:
+        line += (
+            f" With eager steps the first seed also peaked higher, by {', '.join(other)}; "
+            "that was not measured further."
         )
     return [line]
 
