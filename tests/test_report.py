@@ -18,7 +18,7 @@ from conftest import ROOT, make_spec
 from dmls.files import write_json
 from dmls.report import captions, figures, observations, page, section, special
 from dmls.report.aggregate import collect, collect_seeds, summarize
-from dmls.report.cells import MIB
+from dmls.report.cells import MIB, cell, epoch_seconds
 from dmls.report.study import ReportError, Study, run_labels, varying_settings
 from dmls.supervisor import repeats
 from dmls.supervisor.supervise import METRICS_VERSION
@@ -362,6 +362,13 @@ def test_the_warm_process_compares_later_seeds_steady_epochs_with_the_first_seed
         "short: the first seed has one steady epoch."
     ]
     assert observations.warm_process(study)[0] in observations.all_observations(study)
+
+
+def test_epochs_under_a_second_keep_three_significant_digits_in_the_tables():
+    """A GPU epoch of 0.048 s ± 0.0015 read '0.05 ± 0.00'; from 1 s up, as before."""
+    assert cell(0.04798, epoch_seconds, ci95=0.001530) == "0.048 ± 0.00153"
+    assert cell(2.4836, epoch_seconds, ci95=0.25) == "2.48 ± 0.25"
+    assert epoch_seconds(15.04) == "15.0"
 
 
 def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
