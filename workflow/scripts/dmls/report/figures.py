@@ -24,6 +24,7 @@ from dmls.files import save_figure
 from dmls.report.cells import MIB, missing
 from dmls.report.study import OK, Study, timed_seeds
 from dmls.stats import Comparison
+from dmls.supervisor.repeats import mean_history
 
 DPI = 110
 # Every figure of a study draws run i in colour i, so a run keeps its colour across figures.
@@ -182,12 +183,7 @@ def accuracy_over_time(study: Study, path: Path) -> Path:
     fig, ax = plt.subplots(layout="constrained", figsize=(6.5, 3.6))
     for run in study.histories:
         metrics = study.metrics[run]
-        rows = [row for k in timed_seeds(metrics) for row in metrics["seeds"][k]["history"]]
-        history = (
-            pd.DataFrame(rows)
-            .groupby("epoch")[["train_time_s", "eval_time_s", "test_accuracy"]]
-            .mean()
-        )
+        history = pd.DataFrame(mean_history([metrics["seeds"][k] for k in timed_seeds(metrics)]))
         elapsed = (history["train_time_s"] + history["eval_time_s"]).cumsum()
         ax.plot(elapsed, 100 * history["test_accuracy"], marker="o", markersize=3,
                 color=_color(study, run), label=run)  # fmt: skip

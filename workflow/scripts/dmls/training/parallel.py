@@ -309,8 +309,7 @@ class PersistentReplicas:
             return self._build(network, modules, params, buffers, devices, detach, key)
         broadcast = replicate_module._broadcast_coalesced_reshape
         param_copies = broadcast(params, devices, detach)
-        with_grad = [b for b in buffers if b.requires_grad and not detach]
-        without = [b for b in buffers if not (b.requires_grad and not detach)]
+        with_grad, without = _split_buffers(buffers, detach)
         buffer_copies = {
             True: broadcast(with_grad, devices, detach=detach),
             False: broadcast(without, devices, detach=True),
@@ -333,8 +332,7 @@ class PersistentReplicas:
         if any(len(replica) != len(modules) for replica in self._replicas):
             raise RuntimeError("a replica's module tree differs from the network's")
         param_index = {id(p): k for k, p in enumerate(params)}
-        with_grad = [b for b in buffers if b.requires_grad and not detach]
-        without = [b for b in buffers if not (b.requires_grad and not detach)]
+        with_grad, without = _split_buffers(buffers, detach)
         buffer_index = {id(b): (True, k) for k, b in enumerate(with_grad)}
         buffer_index |= {id(b): (False, k) for k, b in enumerate(without)}
         self._params = [
@@ -352,6 +350,14 @@ class PersistentReplicas:
         self._key = key
         self.builds += 1
         return roots
+
+
+def _split_buffers(
+    buffers: list[torch.Tensor], detach: bool
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The buffers `replicate` broadcasts through autograd, and those it broadcasts detached."""
+    with_grad = [b for b in buffers if b.requires_grad and not detach]
+    return with_grad, [b for b in buffers if not (b.requires_grad and not detach)]
 
 
 class ThreadedDataParallel(nn.DataParallel):
