@@ -369,6 +369,8 @@ def test_epochs_under_a_second_keep_three_significant_digits_in_the_tables():
     assert cell(0.04798, epoch_seconds, ci95=0.001530) == "0.048 ± 0.00153"
     assert cell(2.4836, epoch_seconds, ci95=0.25) == "2.48 ± 0.25"
     assert epoch_seconds(15.04) == "15.0"
+    # Never in exponent form (a tiny CPU run's interval read "4e-05" in the .test report).
+    assert cell(0.2, epoch_seconds, ci95=4e-5) == "0.2 ± 0.00004"
 
 
 def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():

@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 MIB = 2**20
 
 
@@ -47,8 +49,12 @@ def seconds(value: float) -> str:
 
 def epoch_seconds(value: float) -> str:
     """An epoch's or a run's duration in a table: as `seconds` from 1 s up, three significant
-    digits below (a GPU epoch of 0.048 s ± 0.0015 read "0.05 ± 0.00")."""
-    return seconds(value) if abs(value) >= 1 else f"{value:.3g}"
+    digits below (a GPU epoch of 0.048 s ± 0.0015 read "0.05 ± 0.00"), never in exponent form
+    (an interval of 4e-05 s is 0.00004)."""
+    if abs(value) >= 1:
+        return seconds(value)
+    return np.format_float_positional(value, precision=3, unique=False, fractional=False,
+                                      trim="-")  # fmt: skip
 
 
 def mib(value: float) -> str:
