@@ -1,13 +1,15 @@
 """DataParallel's step, stock and on persistent threads, against one GPU's eager step (A1).
 
-    python3 bench/dataparallel_threads.py [--out dp.json] [--profile] [--phases]   # 2 GPUs
+    python3 bench/dataparallel_threads.py [--repeats 3] [--out dp.json] [--profile] [--phases]
+        (2 GPUs; --repeats trains each row that many times, interleaved, for an interval)
 
 Stock nn.DataParallel runs its replicas' forwards on new threads every step; cuDNN caches its
 convolution execution plans per thread, so each step builds them again. `replica_threads:
-persistent` (dmls/training/parallel.py, ThreadedDataParallel) keeps one thread per GPU, and
-the replicas' module objects between steps (PersistentReplicas). Each
-row is one training of the pipeline's own engine with A1's model and settings, batch 32 per
-GPU, data on the GPU, eager steps (DataParallel can't replay a CUDA graph), on a synthetic
+persistent` (dmls/training/parallel.py, ThreadedDataParallel) runs the first GPU's replica
+on the calling thread and each other GPU's on a thread of its own that lives as long as the
+model, and keeps the replicas' module objects between steps (PersistentReplicas). Each row
+is one training of the pipeline's own engine with A1's model and settings, batch 32 per GPU,
+data on the GPU, eager steps (DataParallel can't replay a CUDA graph), on a synthetic
 CIFAR-shaped set; a step's time is the steady epoch (median of epochs 2..E) over its steps.
 The target (issue #17): the persistent step at most 2x the single-GPU eager step. Also timed:
 starting and joining the two threads stock DataParallel starts per step, alone.
@@ -18,7 +20,8 @@ execution plan when its thread has none cached) per step, against the step. Stoc
 persistent is what rebuilding the plans costs; the rest of the gap to one GPU is
 DataParallel's own work (scatter, replicate, gather, the threads).
 
-With --phases, a warm epoch of each run again without the profiler, its host time per step
+With --phases, a warm epoch of each run again (after a first epoch and an evaluation, as fit()
+runs them) without the profiler, its host time per step
 split by part (phase_split): DataParallel's scatter, replicate, the replicas' forwards and
 gather, and what follows the forward (loss, backward, optimizer step).
 """
@@ -26,8 +29,10 @@ gather, and what follows the forward (loss, backward, optimizer step).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
+import statistics
 import sys
 import tempfile
 import threading
@@ -42,6 +47,7 @@ from epoch_speed import ROOT, a1_spec, train_once
 
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from dmls.data import datasets
+from dmls.stats import ratio
 
 DP = {"launcher": "dp", "nproc_per_node": 2}
 ROWS = {
@@ -118,6 +124,7 @@ def phase_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
     process = strategy.join()
     trainer = Trainer(spec, strategy, process, data_dir)
     trainer.train_epoch(0)
+    trainer.evaluate()  # as fit() does between epochs
     trainer.synchronize()
     seconds: dict[str, float] = dict.fromkeys(["forward"], 0.0)
 
@@ -136,16 +143,22 @@ def phase_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
     if isinstance(module, torch.nn.DataParallel):
         for part in ("scatter", "replicate", "parallel_apply", "gather"):
             setattr(module, part, timed(part, getattr(module, part)))
+    replicas = getattr(module, "replicas", None)
+    builds = replicas.builds if replicas else 0
+    collections = [g["collections"] for g in gc.get_stats()]
     start = time.perf_counter()
     trainer.train_epoch(1)
     trainer.synchronize()
     step = time.perf_counter() - start
     steps = len(trainer.data.train)
+    gc_runs = [g["collections"] - c for g, c in zip(gc.get_stats(), collections, strict=True)]
+    counts = {"gc_collections_by_generation": gc_runs,
+              "replica_builds": (replicas.builds - builds) if replicas else None}  # fmt: skip
     trainer.release()
     strategy.end_seed()
     split = {f"{part}_ms": 1000 * s / steps for part, s in seconds.items()}
     return {"name": name, "step_ms": 1000 * step / steps, **split,
-            "after_forward_ms": 1000 * (step - seconds["forward"]) / steps}  # fmt: skip
+            "after_forward_ms": 1000 * (step - seconds["forward"]) / steps, **counts}  # fmt: skip
 
 
 def thread_start_ms(repeats: int = 1000) -> float:
@@ -161,10 +174,28 @@ def thread_start_ms(repeats: int = 1000) -> float:
     return 1000 * (time.perf_counter() - start) / repeats
 
 
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per run: its step over the repeats, and its ratio to one GPU's eager step with a 95%
+    interval (dmls.stats.ratio: Welch on the logs; none from one repeat)."""
+    by_name: dict[str, list[float]] = {}
+    for r in rows:
+        by_name.setdefault(r["name"], []).append(r["step_ms"])
+    single = by_name.get("single_gpu_eager", [])
+    out = []
+    for name, steps in by_name.items():
+        row = {"name": name, "step_ms": steps, "mean_step_ms": statistics.fmean(steps)}
+        if single and name != "single_gpu_eager":
+            r = ratio(steps, single)
+            row |= {"ratio_to_single": r.value, "ratio_interval": [r.low, r.high]}
+        out.append(row)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n-train", type=int, default=20_000)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="trainings per row, interleaved")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--phases", action="store_true", help="host time per step by part")
@@ -178,15 +209,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dmls-dp-") as tmp:
         work = Path(tmp)
         datasets.prepare("synthetic_cifar", {"n_train": args.n_train, "n_test": 2000}, work)
-        rows = [step_ms(name, base, work, work) for name in args.rows] if args.time else []
+        rows = []
+        for k in range(args.repeats if args.time else 0):
+            for name in args.rows:
+                rows.append(step_ms(name, base, work, work / f"r{k}") | {"repeat": k})
+                print(f"repeat {k}: {name} {rows[-1]['step_ms']:.2f} ms/step", flush=True)
         profiles = [profile_split(n, base, work) for n in args.rows] if args.profile else []
         phases = [phase_split(n, base, work) for n in args.rows] if args.phases else []
-    single = rows[0]["step_ms"] if rows else float("nan")
+    table = summary(rows)
     print(f"{torch.cuda.get_device_name(0)} x2, torch {torch.__version__}")
-    print(f"{'run':<26}{'ms/step':>9}{'vs 1 GPU':>10}{'test acc':>10}")
-    for r in rows:
-        print(f"{r['name']:<26}{r['step_ms']:9.2f}{r['step_ms'] / single:9.2f}x"
-              f"{r['test_accuracy']:10.4f}")  # fmt: skip
+    print(f"{'run':<26}{'ms/step (each repeat)':>34}{'vs 1 GPU (95% interval)':>30}")
+    for r in table:
+        steps = " ".join(f"{s:.2f}" for s in r["step_ms"])
+        vs = (f"{r['ratio_to_single']:.2f}x ({r['ratio_interval'][0]:.2f}-"
+              f"{r['ratio_interval'][1]:.2f})") if "ratio_to_single" in r else ""  # fmt: skip
+        print(f"{r['name']:<26}{steps:>34}{vs:>30}")
     threads_ms = thread_start_ms()
     print(f"starting and joining 2 threads, alone: {threads_ms:.3f} ms")
     print("target: dataparallel_persistent <= 2x single_gpu_eager")
@@ -196,7 +233,7 @@ def main() -> None:
         args.out.write_text(
             json.dumps(
                 {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows,
-                 "profiles": profiles, "phases": phases},
+                 "summary": table, "profiles": profiles, "phases": phases},
                 indent=2,
             )
         )  # fmt: skip

@@ -1,7 +1,8 @@
 # Sourced by the bench/*.sh scripts that run on a lent GPU machine (python3 with torch, no
 # internet): `gpu_host_setup OUT_DIR` makes Snakemake importable (from the wheels in .whl/,
 # built for that python, when python3 lacks it) and writes the host's GPUs, torch and cores to
-# OUT_DIR/gpu.txt. Returns non-zero when the wheels don't install.
+# OUT_DIR/gpu.txt, with a bytecode cache where the host has none. Returns non-zero when the
+# wheels don't install.
 gpu_host_setup() {
   export PYTHONUNBUFFERED=1
   if ! python3 -c "import snakemake" 2>/dev/null; then
@@ -10,6 +11,9 @@ gpu_host_setup() {
     export PYTHONPATH=/tmp/dmls-site${PYTHONPATH:+:$PYTHONPATH}
   fi
   python3 -c "import scipy.stats" || { echo "python3 lacks scipy: carry its wheel in .whl/"; return 1; }
+  # The lent hosts set PYTHONDONTWRITEBYTECODE=1 and their torch has no .pyc files: without a
+  # cache every process compiles torch's modules again (dmls/bytecode.py says what it costs).
+  eval "$(python3 workflow/scripts/dmls/bytecode.py)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$1/gpu.txt"
   python3 -c "import os, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       'cores', len(os.sched_getaffinity(0)))" | tee -a "$1/gpu.txt"

@@ -52,3 +52,24 @@ def test_the_ddp_scaling_benchmark_runs_its_cpu_path(tmp_path):
         assert "Self CPU time total" in row["host_ops"]  # the profiler's table of host ops
     assert rows["ddp_graph_bucket_view"]["allreduce_grads_us"] > 0
     assert "ddp_graph_bucket_view" in done.stdout and "vs one" in done.stdout
+
+
+def test_the_launch_overhead_benchmark_runs_its_cpu_parts(tmp_path):
+    out = tmp_path / "overhead.json"
+    bench = str(ROOT / "bench" / "launch_overhead.py")
+    command = [sys.executable, bench, "--repeats", "1", "--no-job", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["bytecode"]
+    rows = {r["process"]: r for r in report["processes"]}
+    # No GPU: the CUDA rows are left out; every other process was timed.
+    assert "import torch" in rows and not any("CUDA" in name for name in rows)
+    assert all(r["wall_s"][0] > 0 and r["cpu_s"][0] >= 0 for r in rows.values())
+    assert rows["import torch, torch._dynamo"]["wall_s"][0] > rows["interpreter"]["wall_s"][0]
+    packages = dict(report["import_profile"])
+    assert any(name.startswith("torch") for name in packages)
+    for rdzv in ("c10d", "static"):
+        (bare,) = report["bare_torchrun"][rdzv]
+        assert bare["to_ranks_s"] > 0 and bare["after_ranks_s"] > 0
+        assert bare["total_s"] >= bare["to_ranks_s"] + bare["after_ranks_s"]

@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from filelock import FileLock, Timeout
 
+from dmls import bytecode
 from dmls.config.spec import RunSpec
 from dmls.data import datasets
 from dmls.files import read_json, write_json
@@ -176,6 +177,8 @@ def run(
             "isolation": isolation,
             "load_average_before": os.getloadavg(),
             "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
+            # Whether its processes compile their imports again (dmls/bytecode.py).
+            "python_bytecode": bytecode.describe(),
         }
         exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
         record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}

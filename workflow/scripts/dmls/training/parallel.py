@@ -28,7 +28,7 @@ import contextlib
 import copy
 import importlib
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -236,17 +236,21 @@ class SingleDevice:
 
 
 class ReplicaThreads:
-    """One long-lived thread per GPU, running that GPU's replica forward each step.
+    """Long-lived threads running the replicas' forwards each step: the calling thread runs the
+    first GPU's replica, and one thread per other GPU runs that GPU's.
 
     nn.DataParallel starts a new thread per replica every step (`parallel_apply`), and cuDNN's
     execution plans are cached per thread (pytorch/pytorch#103939): every forward then builds
-    its convolution plans again. These threads keep them. What runs in each is what
-    `parallel_apply` runs there: the replica on its device and current stream, under the
-    caller's grad mode and autocast state."""
+    its convolution plans again. Here every replica runs on a thread that lives as long as the
+    model, so its plans are kept; the first GPU's on the calling thread, which saves handing it
+    to another thread and back each step. What runs for each replica is what `parallel_apply`
+    runs: the replica on its device and current stream, under the caller's grad mode and
+    autocast state."""
 
     def __init__(self, devices: list[int]) -> None:
         self.pools = {
-            d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"dp-gpu{d}") for d in devices
+            d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"dp-gpu{d}")
+            for d in devices[1:]
         }
 
     def apply(
@@ -264,11 +268,18 @@ class ReplicaThreads:
             ):
                 return module(*(args if isinstance(args, list | tuple) else (args,)), **kw)
 
-        futures = [
-            self.pools[d].submit(forward, m, a, k, d, torch.cuda.current_stream(d))
+        jobs = [
+            (m, a, k, d, torch.cuda.current_stream(d))
             for m, a, k, d in zip(modules, inputs, kwargs, devices, strict=True)
         ]
-        return [f.result() for f in futures]  # a replica's error is raised here
+        # The other GPUs' replicas start first; then this thread runs the first GPU's.
+        futures = [self.pools[job[3]].submit(forward, *job) for job in jobs[1:]]
+        try:
+            first = forward(*jobs[0])
+        except BaseException:
+            wait(futures)  # the other replicas end before the error leaves the step
+            raise
+        return [first, *(f.result() for f in futures)]  # a replica's error is raised here
 
     def close(self) -> None:
         for pool in self.pools.values():

@@ -1,0 +1,200 @@
+"""Where a 2-GPU DDP job's time goes outside training and evaluation (issue #17: at most 8 s of
+a 15-epoch job), measured part by part on an otherwise idle host.
+
+    python3 bench/launch_overhead.py [--repeats 3] [--epochs 15] [--out overhead.json]
+
+Run through bench/gpu_host.sh's setup, which gives the processes a bytecode cache where the host
+has none (dmls/bytecode.py); the output says which. Without that cache, on the lent hosts, each
+process compiles torch's modules again.
+
+1. Processes, each started fresh `--repeats` times (wall seconds, and the CPU seconds the
+   process used, which tell a CPU-bound import from one that waits on the disk):
+   the interpreter alone; `import torch`; `import torch` then `torch._dynamo` (DDP's
+   constructor and torch.optim's first optimizer import it); torchrun's agent's own import
+   (`torch.distributed.run`); the worker's imports (`dmls.training.trainer`); a CUDA context,
+   then torch._dynamo after it or on a thread beside it (whether the import could hide behind
+   waiting for the GPU).
+2. Where the imports go: `python -X importtime` of the worker's imports and then
+   torch._dynamo, the self time summed per top-level package.
+3. torchrun's agent with ranks that import nothing (each writes when it started and ended),
+   as the supervisor starts it (launch.py: c10d rendezvous) and with the static rendezvous
+   torchrun uses by default: from starting the agent to the ranks' start, and from the last
+   rank's end to the agent's exit.
+4. A1's `ddp_2gpu` as the DAG runs it (dmls.supervisor.supervise.run, torchrun, 1 seed, data on
+   the GPU, CUDA graphs), on a synthetic CIFAR-sized set: the job's seconds split as the
+   report's DAG timeline splits them (launcher, imports, process group, the rest of setup,
+   training, evaluation, checkpoints, teardown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from epoch_speed import ROOT
+from seeds_cost import job
+
+from dmls import bytecode
+from dmls.data import datasets
+
+SCRIPTS = ROOT / "workflow" / "scripts"
+PROCESSES = {
+    "interpreter": "pass",
+    "import torch": "import torch",
+    "import torch, torch._dynamo": "import torch, torch._dynamo",
+    "torchrun agent's import": "import torch.distributed.run",
+    "worker's imports": "from dmls.training import trainer",
+    "worker's imports, torch._dynamo": "from dmls.training import trainer; import torch._dynamo",
+    "import torch, CUDA context": "import torch; torch.zeros(1, device='cuda')",
+    "import torch, CUDA context, torch._dynamo": (
+        "import torch; torch.zeros(1, device='cuda'); import torch._dynamo"
+    ),
+    "the same, torch._dynamo on a thread": (
+        "import importlib, threading, torch\n"
+        "t = threading.Thread(target=importlib.import_module, args=('torch._dynamo',))\n"
+        "t.start(); torch.zeros(1, device='cuda'); t.join()"
+    ),
+}
+BARE_RANK = """import json, os, sys, time
+start = time.time()
+out = sys.argv[1] + "/rank" + os.environ["RANK"] + ".json"
+json.dump({"start": start, "end": time.time()}, open(out, "w"))
+"""
+
+
+def timed_process(code: str) -> tuple[float, float]:
+    """Wall and CPU seconds of a fresh `python3 -c code`."""
+    env = os.environ | {"PYTHONPATH": f"{SCRIPTS}:{os.environ.get('PYTHONPATH', '')}"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def processes(repeats: int) -> list[dict[str, Any]]:
+    import torch
+
+    rows = []
+    for name, code in PROCESSES.items():
+        if "cuda" in code and not torch.cuda.is_available():
+            continue
+        runs = [timed_process(code) for _ in range(repeats)]
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        rows.append({"process": name, "wall_s": walls, "cpu_s": cpus})
+        print(f"{name:<36} wall {statistics.median(walls):6.2f} s, "
+              f"CPU {statistics.median(cpus):6.2f} s", flush=True)  # fmt: skip
+    return rows
+
+
+def import_profile(top: int = 12) -> list[tuple[str, float]]:
+    """Seconds of import self time per top-level package (torch split one level further)."""
+    env = os.environ | {"PYTHONPATH": f"{SCRIPTS}:{os.environ.get('PYTHONPATH', '')}"}
+    code = "from dmls.training import trainer; import torch._dynamo"
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    totals: dict[str, float] = defaultdict(float)
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        own, _, name = line.removeprefix("import time:").split("|")
+        parts = name.strip().split(".")
+        key = ".".join(parts[:2]) if parts[0] == "torch" else parts[0]
+        totals[key] += int(own) / 1e6
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    print(f"import self time, total {sum(totals.values()):.2f} s:", flush=True)
+    for name, seconds in ranked[:top]:
+        print(f"  {name:<32}{seconds:6.2f} s")
+    return ranked[:top]
+
+
+def bare_torchrun(rdzv: str, port: int) -> dict[str, float]:
+    """torchrun with 2 ranks that import nothing: agent start to the ranks' start, and the last
+    rank's end to the agent's exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "rank.py"
+        script.write_text(BARE_RANK)
+        flags = {
+            "c10d": ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+                     "--rdzv_id", "bench", "--rdzv_conf", "is_host=true"],
+            "static": ["--master_addr", "127.0.0.1", "--master_port", str(port)],
+        }[rdzv]  # fmt: skip
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+                "--nproc_per_node", "2", *flags, "--max_restarts", "0",
+                str(script), tmp]  # fmt: skip
+        start = time.time()
+        subprocess.run(argv, check=True, capture_output=True)
+        end = time.time()
+        ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(2)]
+    return {"to_ranks_s": min(r["start"] for r in ranks) - start,
+            "after_ranks_s": end - max(r["end"] for r in ranks),
+            "total_s": end - start}  # fmt: skip
+
+
+def ddp_job(epochs: int, data_dir: Path, work: Path) -> dict[str, Any]:
+    row = job("ddp_2gpu", 1, epochs, data_dir, work)
+    split = row["split_s"]
+    seed = row["per_seed"][0]
+    parts = {
+        "launcher": row["launcher_s"],
+        "imports": split["import_s"],
+        "process group": split["process_group_s"],
+        "rest of setup": split["setup_s"] - split["process_group_s"],
+        "checkpoints": split["checkpoint_time_s"],
+        "teardown": split["teardown_s"],
+    }
+    return {"wall_s": row["wall_s"], "outside_s": row["outside_training_s"], "parts_s": parts,
+            "first_epoch_s": seed["first_epoch_s"],
+            "steady_epoch_s": seed["steady_epoch_s"]}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=Path("launch_overhead.json"))
+    parser.add_argument("--no-job", dest="job", action="store_false", help="parts 1-3 only")
+    args = parser.parse_args()
+    out: dict[str, Any] = {"python": sys.version.split()[0], "bytecode": bytecode.describe()}
+    print(f"Python {out['python']}, bytecode {out['bytecode']}", flush=True)
+    out["processes"] = processes(args.repeats)
+    out["import_profile"] = import_profile()
+    bare = defaultdict(list)
+    for k in range(args.repeats):
+        for rdzv in ("c10d", "static"):
+            bare[rdzv].append(bare_torchrun(rdzv, 29600 + 2 * k + (rdzv == "static")))
+    out["bare_torchrun"] = bare
+    for rdzv, runs in bare.items():
+        to_ranks = statistics.median(r["to_ranks_s"] for r in runs)
+        after = statistics.median(r["after_ranks_s"] for r in runs)
+        print(f"torchrun ({rdzv}), ranks importing nothing: to the ranks {to_ranks:.2f} s, "
+              f"after them {after:.2f} s", flush=True)  # fmt: skip
+    if args.job:
+        work = Path(tempfile.mkdtemp(prefix="dmls-overhead-"))
+        datasets.prepare("synthetic_cifar", {"n_train": 50000, "n_test": 10000, "seed": 0},
+                         work / "data")  # fmt: skip
+        out["jobs"] = []
+        for k in range(args.repeats):
+            row = ddp_job(args.epochs, work / "data", work / f"job{k}")
+            out["jobs"].append(row)
+            parts = ", ".join(f"{p} {s:.2f}" for p, s in row["parts_s"].items())
+            print(f"ddp_2gpu, {args.epochs} epochs: job {row['wall_s']:.1f} s, outside training "
+                  f"and evaluation {row['outside_s']:.1f} s ({parts})", flush=True)  # fmt: skip
+    args.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
