@@ -57,14 +57,39 @@ ROWS = {
 }
 
 
+class CollectorTime:
+    """How many collections of each generation Python's garbage collector ran, and their
+    seconds, while in use (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.counts, self.seconds, self._start = [0, 0, 0], [0.0, 0.0, 0.0], 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.counts[info["generation"]] += 1
+            self.seconds[info["generation"]] += time.perf_counter() - self._start
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def step_ms(name: str, base: dict, data_dir: Path, work: Path) -> dict[str, Any]:
     spec = a1_spec(name, **(base | ROWS[name]))
-    result = train_once(spec, data_dir, work)
+    with CollectorTime() as collector:
+        result = train_once(spec, data_dir, work)
     per_step = spec.batch_size * (spec.nproc_per_node if spec.launcher == "dp" else 1)
     steps = math.ceil(result["data"]["n_train"] / per_step)
     steady = result["timing"]["steady_epoch_s"]
     return {"name": name, "steps_per_epoch": steps, "steady_epoch_s": steady,
             "step_ms": 1000 * steady / steps,
+            "epochs_s": [h["train_time_s"] for h in result["history"]],
+            "gc_collections": collector.counts, "gc_s": collector.seconds,
             "test_accuracy": result["final"]["test_accuracy"]}  # fmt: skip
 
 
@@ -213,7 +238,11 @@ def main() -> None:
         for k in range(args.repeats if args.time else 0):
             for name in args.rows:
                 rows.append(step_ms(name, base, work, work / f"r{k}") | {"repeat": k})
-                print(f"repeat {k}: {name} {rows[-1]['step_ms']:.2f} ms/step", flush=True)
+                row = rows[-1]
+                print(f"repeat {k}: {name} {row['step_ms']:.2f} ms/step, epochs "
+                      f"{[round(e, 3) for e in row['epochs_s']]} s, garbage collections by "
+                      f"generation {row['gc_collections']} in "
+                      f"{[round(c, 3) for c in row['gc_s']]} s", flush=True)  # fmt: skip
         profiles = [profile_split(n, base, work) for n in args.rows] if args.profile else []
         phases = [phase_split(n, base, work) for n in args.rows] if args.phases else []
     table = summary(rows)

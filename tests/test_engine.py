@@ -1,9 +1,13 @@
 """The training engine through the real launchers (gloo on CPU), checked by its numbers."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from conftest import make_spec
+from conftest import ROOT, make_spec
 from dmls.supervisor import launch, supervise
 
 B_MODEL = {"name": "mlp", "hidden": 16, "batch_norm": False}  # no BN: DDP ≡ one big batch
@@ -75,8 +79,30 @@ def test_a_run_trains_inside_the_cores_and_gpus_it_reserved(tmp_path, tabular_di
     assert t["train_time_s"] + t["eval_time_s"] + t["checkpoint_time_s"] <= t["fit_s"]
     assert t["setup_s"] + t["fit_s"] + t["teardown_s"] == pytest.approx(t["wall_time_s"], abs=0.05)
     assert t["import_s"] + t["wall_time_s"] < metrics["launch"]["seconds"]
+    # Each rank imported and set up with the garbage collector off, then froze what that built
+    # (torch, torch._dynamo: hundreds of thousands of objects) before training.
+    assert all(rank["gc_frozen_objects"] > 100_000 for rank in metrics["ranks"])
     shared, _ = run(tmp_path, tabular_dir, "shared", epochs=1, isolation="none")
     assert "reserved" not in shared and shared["ranks"][0]["cuda_visible_devices"] is None
+    assert shared["ranks"][0]["gc_frozen_objects"] > 100_000  # `launcher: single` too
+
+
+def test_settling_the_collector_freezes_only_where_the_process_started_without_it():
+    code = """
+import gc, sys
+from dmls.training import trainer
+gc.disable()
+trainer._settle_collector()
+frozen = gc.get_freeze_count()
+print(gc.isenabled(), frozen > 100_000, "torch._dynamo" in sys.modules)
+gc.unfreeze()
+trainer._settle_collector()  # the collector is on: nothing changes
+print(gc.get_freeze_count())
+"""
+    env = os.environ | {"PYTHONPATH": str(ROOT / "workflow" / "scripts")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()  # fmt: skip
+    assert out == ["True", "True", "True", "0"]
 
 
 def test_accumulating_k_micro_batches_equals_one_k_times_larger_batch(tmp_path, tabular_dir):

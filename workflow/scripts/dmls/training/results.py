@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import socket
@@ -44,6 +45,8 @@ def rank_facts(
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         # ru_maxrss is in KiB on Linux; DataLoader workers are separate processes, not counted.
         "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        # Objects the garbage collector no longer walks (trainer._settle_collector).
+        "gc_frozen_objects": gc.get_freeze_count(),
     }
 
 

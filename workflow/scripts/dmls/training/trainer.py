@@ -381,6 +381,7 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
     gpus = strategy.gpu_indices()
     meter, no_energy = energy.EnergyMeter.open(gpus)
     meter, no_energy = energy.agree(meter, process.gather(no_energy))
+    _settle_collector()
     job_peaks = dict.fromkeys(gpus, (0, 0))  # each GPU's peak over the seeds
     seeds = []
     for k, seed_spec in enumerate(spec.seed_specs()):
@@ -460,6 +461,23 @@ def _train_seed(
     trainer.release()
     strategy.end_seed()
     return fit_start, result, peaks
+
+
+def _settle_collector() -> None:
+    """Where the process started with the garbage collector off (train.py: its imports and
+    setup build about a million long-lived objects), move what it holds now out of the
+    collector's reach and turn the collector on, so that a full collection during training walks
+    only what training allocates (and `_free_earlier_seeds`'s collection before each seed is
+    quick). torch._dynamo is imported first: torch.optim's first optimizer and DDP's constructor
+    import it, and it is most of those objects. Before any seed's trainer exists, so that every
+    seed's objects are still collected. A caller that kept the collector on (tests, benches calling
+    `train`) is left as it is."""
+    if gc.isenabled():
+        return
+    import torch._dynamo  # noqa: F401
+
+    gc.freeze()
+    gc.enable()
 
 
 def _free_earlier_seeds(gpus: list[int]) -> None:
