@@ -76,6 +76,7 @@ def job(run: str, seeds: int, epochs: int, data_dir: Path, work: Path) -> dict[s
         "per_seed": [
             {
                 "seed": s["seed"],
+                "setup_s": s["timing"]["setup_s"],
                 "first_epoch_s": s["timing"]["first_epoch_s"],
                 "steady_epoch_s": s["timing"]["steady_epoch_s"],
                 "steady_epochs_s": [h["train_time_s"] for h in s["history"][1:]],

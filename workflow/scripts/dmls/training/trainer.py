@@ -465,7 +465,7 @@ def _train_seed(
 
 def _settle_collector() -> None:
     """Where the process started with the garbage collector off (train.py: its imports and
-    setup build about a million long-lived objects), move what it holds now out of the
+    setup build about half a million long-lived objects), move what it holds now out of the
     collector's reach and turn the collector on, so that a full collection during training walks
     only what training allocates (and `_free_earlier_seeds`'s collection before each seed is
     quick). torch._dynamo is imported first: torch.optim's first optimizer and DDP's constructor
