@@ -170,14 +170,13 @@ def phase_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
             setattr(module, part, timed(part, getattr(module, part)))
     replicas = getattr(module, "replicas", None)
     builds = replicas.builds if replicas else 0
-    collections = [g["collections"] for g in gc.get_stats()]
-    start = time.perf_counter()
-    trainer.train_epoch(1)
-    trainer.synchronize()
-    step = time.perf_counter() - start
+    with CollectorTime() as collector:
+        start = time.perf_counter()
+        trainer.train_epoch(1)
+        trainer.synchronize()
+        step = time.perf_counter() - start
     steps = len(trainer.data.train)
-    gc_runs = [g["collections"] - c for g, c in zip(gc.get_stats(), collections, strict=True)]
-    counts = {"gc_collections_by_generation": gc_runs,
+    counts = {"gc_collections_by_generation": collector.counts,
               "replica_builds": (replicas.builds - builds) if replicas else None}  # fmt: skip
     trainer.release()
     strategy.end_seed()

@@ -57,10 +57,7 @@ def cache_bytecode(
 ) -> str | None:
     """Turn the bytecode cache on in `environ` (the processes it is passed to) when `origin`
     (default: torch's `__init__.py`) has none; return what was done, or None."""
-    if origin is None:
-        spec = importlib.util.find_spec(PACKAGE)
-        origin = spec.origin if spec is not None else None
-    if not uncached(environ, origin):
+    if not uncached(environ, origin or _package_origin()):
         return None
     cache = cache or default_cache()
     cache.mkdir(parents=True, exist_ok=True)
@@ -77,12 +74,16 @@ def describe() -> str:
     """Where this process's imports find their bytecode (recorded with every run's host)."""
     if sys.pycache_prefix:
         return f"cached in {sys.pycache_prefix}"
-    spec = importlib.util.find_spec(PACKAGE)
-    env = dict(os.environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1" if sys.dont_write_bytecode else ""
-    if spec is not None and uncached(env, spec.origin):
+    flags = {"PYTHONDONTWRITEBYTECODE": "1" if sys.dont_write_bytecode else ""}
+    if uncached(flags, _package_origin()):
         return f"not cached: every process compiles {PACKAGE}'s modules again"
     return "cached beside the sources"
+
+
+def _package_origin() -> str | None:
+    """Where PACKAGE's `__init__.py` is (found without importing it), None if not installed."""
+    spec = importlib.util.find_spec(PACKAGE)
+    return spec.origin if spec is not None else None
 
 
 if __name__ == "__main__":
