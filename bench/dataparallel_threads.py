@@ -7,7 +7,8 @@ Stock nn.DataParallel runs its replicas' forwards on new threads every step; cuD
 convolution execution plans per thread, so each step builds them again. `replica_threads:
 persistent` (dmls/training/parallel.py, ThreadedDataParallel) runs the first GPU's replica
 on the calling thread and each other GPU's on a thread of its own that lives as long as the
-model, and keeps the replicas' module objects between steps (PersistentReplicas). Each row
+model, and keeps the replicas whole between steps (PersistentReplicas: each step copies the
+weights in, and the backward ends by summing their gradients onto GPU 0). Each row
 is one training of the pipeline's own engine with A1's model and settings, batch 32 per GPU,
 data on the GPU, eager steps (DataParallel can't replay a CUDA graph), on a synthetic
 CIFAR-shaped set; a step's time is the steady epoch (median of epochs 2..E) over its steps.
@@ -23,7 +24,8 @@ DataParallel's own work (scatter, replicate, gather, the threads).
 With --phases, a warm epoch of each run again (after a first epoch and an evaluation, as fit()
 runs them) without the profiler, its host time per step
 split by part (phase_split): DataParallel's scatter, replicate, the replicas' forwards and
-gather, and what follows the forward (loss, backward, optimizer step).
+gather, and what follows the forward (loss, backward, optimizer step), of which, persistent,
+the summing of the other GPU's gradients at the end of the backward.
 """
 
 from __future__ import annotations
@@ -170,6 +172,8 @@ def phase_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
             setattr(module, part, timed(part, getattr(module, part)))
     replicas = getattr(module, "replicas", None)
     builds = replicas.builds if replicas else 0
+    if replicas:  # queued on autograd's engine at the end of each backward
+        replicas.sum_gradients = timed("sum_gradients", replicas.sum_gradients)
     with CollectorTime() as collector:
         start = time.perf_counter()
         trainer.train_epoch(1)

@@ -1,6 +1,9 @@
 """The parallel strategies (dmls/training/parallel.py), each on its own; tests/test_engine.py
 trains through the real launchers."""
 
+import copy
+import importlib
+
 import pytest
 import torch
 from torch import nn
@@ -90,54 +93,89 @@ def _fake_broadcast(tensors, devices, detach=False):
     return [[t.detach().clone() if detach else t * 1 for t in tensors] for _ in devices]
 
 
-def test_persistent_replicas_lay_out_what_replicate_does_and_are_kept_between_steps(
+def test_persistent_replicas_learn_what_replicate_learns_and_are_kept_between_steps(
     monkeypatch,
 ):
-    """The course CNN on two fake devices (the broadcast stubbed, CPU): the first call builds
-    the replicas with torch's replicate, later calls keep their module objects and only set
-    the new copies; the outputs and the gradients that reach the originals equal replicate's;
-    a train/eval or grad-mode change builds them again."""
+    """The course CNN (with BatchNorm) on two "devices" that are both the CPU: replicate's
+    replicas (its broadcast stubbed) and PersistentReplicas give the same outputs and the same
+    gradients on the network, the second device's summed in at the end of the backward; the
+    copies' weights and gradients are views into one flat tensor per dtype, laid out as the
+    network's (channels_last too); the copies are kept between steps and follow the network's
+    weights and train/eval mode; a new parameter builds them again."""
+    replicate_module = importlib.import_module("torch.nn.parallel.replicate")
     from dmls.training.models import CourseCNN
-    from dmls.training.parallel import PersistentReplicas, replicate_module
+    from dmls.training.parallel import PersistentReplicas
 
     monkeypatch.setattr(replicate_module, "_broadcast_coalesced_reshape", _fake_broadcast)
     torch.manual_seed(0)
     network = CourseCNN((3, 32, 32), 10, [8, 16], 32, 0.0, True, "relu")
-    x = torch.randn(4, 3, 32, 32)
+    network = network.to(memory_format=torch.channels_last)
+    initial, reference = copy.deepcopy(network), copy.deepcopy(network)
+    halves = torch.randn(4, 3, 32, 32), torch.randn(4, 3, 32, 32)
+    cpu = [torch.device("cpu")] * 2
     replicas = PersistentReplicas()
 
-    def grads(build):
-        network.zero_grad()
-        outputs = [r(x) for r in build()]
-        sum(o.square().sum() for o in outputs).backward()
-        return [p.grad.clone() for p in network.parameters()], outputs
+    def step(net, build, gathered=lambda out: out):
+        out = gathered(torch.cat([r(x) for r, x in zip(build(), halves, strict=True)]))
+        out.square().sum().backward()
+        return out, [p.grad.clone() for p in net.parameters()]
 
-    stock_grads, stock_out = grads(lambda: replicate_module.replicate(network, [0, 1]))
-    first = replicas(network, [0, 1], detach=False)
-    kept_grads, kept_out = grads(lambda: replicas(network, [0, 1], detach=False))
-    second = replicas(network, [0, 1], detach=False)
-    assert replicas.builds == 1
-    assert [id(r) for r in second] == [id(r) for r in first]  # the same module objects
-    for ours, theirs in zip(kept_out, stock_out, strict=True):
+    stock_out, stock_grads = step(reference, lambda: replicate_module.replicate(reference, [0, 1]))
+    ours_out, ours_grads = step(
+        network, lambda: replicas(network, cpu), replicas.sum_gradients_in_backward
+    )
+    torch.testing.assert_close(ours_out, stock_out)
+    for ours, theirs in zip(ours_grads, stock_grads, strict=True):
         torch.testing.assert_close(ours, theirs)
-    for ours, theirs in zip(kept_grads, stock_grads, strict=True):
-        torch.testing.assert_close(ours, theirs)
-    # Each step sets fresh copies, as replicate does: no longer leaves, not the originals.
-    conv = next(m for m in second[0].modules() if isinstance(m, nn.Conv2d))
-    original = next(m for m in network.modules() if isinstance(m, nn.Conv2d))
-    assert conv.weight is not original.weight and not conv.weight.is_leaf
-    assert conv._former_parameters["weight"] is conv.weight
-    torch.testing.assert_close(conv.weight, original.weight)
-    # An optimizer step changes the originals in place: the next step's copies follow.
+    first, copy_ = replicas(network, cpu)
+    assert first is network and replicas.builds == 1
+    assert all(not p.grad.any() for p in copy_.parameters())  # summed, then zeroed
+    conv = next(m for m in copy_.modules() if isinstance(m, nn.Conv2d))
+    channels_last = next(network.parameters()).stride()
+    assert conv.weight.stride() == channels_last != conv.weight.contiguous().stride()
+    assert len({p.untyped_storage().data_ptr() for p in copy_.parameters()}) == 1
+    # Each view starts 256 bytes on from another, as allocations of their own would (CUDA
+    # kernels need it; the CUDA allocator's blocks start on 512 bytes).
+    starts = [t.data_ptr() - t.untyped_storage().data_ptr() for t in copy_.parameters()]
+    assert all(start % 256 == 0 for start in starts) and len(set(starts)) == len(starts)
+    assert len({p.grad.untyped_storage().data_ptr() for p in copy_.parameters()}) == 1
+    assert all(p.is_leaf and p.requires_grad for p in copy_.parameters())
+    # The network's BatchNorm saw its own half only, as with replicate (the copies' updates
+    # are dropped).
+    alone = copy.deepcopy(initial)
+    alone(halves[0])
+    for (name, ours), theirs in zip(network.named_buffers(), alone.buffers(), strict=True):
+        torch.testing.assert_close(ours, theirs, msg=name)
+
+    # A second backward without zeroing accumulates, as it does through replicate.
+    step(network, lambda: replicas(network, cpu), replicas.sum_gradients_in_backward)
+    for p, once in zip(network.parameters(), ours_grads, strict=True):
+        torch.testing.assert_close(p.grad, 2 * once)
+    # An optimizer step changes the network in place: the next step's copy follows, and the
+    # copy is the same object.
     with torch.no_grad():
-        original.weight.add_(1.0)
-    third = replicas(network, [0, 1], detach=False)
-    conv = next(m for m in third[1].modules() if isinstance(m, nn.Conv2d))
-    torch.testing.assert_close(conv.weight, original.weight)
-    assert replicas.builds == 1
+        for p in network.parameters():
+            p.add_(0.5)
+    again = replicas(network, cpu)
+    assert again[1] is copy_ and replicas.builds == 1
+    for ours, theirs in zip(
+        copy_.state_dict().values(), network.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(ours, theirs)
     network.eval()
-    assert not replicas(network, [0, 1], detach=False)[0].training
-    assert replicas.builds == 2
     with torch.no_grad():
-        evaluated = replicas(network, [0, 1], detach=True)
-    assert replicas.builds == 3 and not evaluated[0].training
+        evaluated = replicas(network, cpu)
+        assert not any(m.training for m in evaluated[1].modules()) and replicas.builds == 1
+        torch.testing.assert_close(evaluated[1](halves[1]), network(halves[1]))
+    # A parameter the network itself gave no gradient keeps none; the copy's is zeroed all
+    # the same, not carried into the next step.
+    network.train()
+    network.zero_grad()
+    copies = replicas(network, cpu)
+    replicas.sum_gradients_in_backward(copies[1](halves[1])).sum().backward()
+    assert all(p.grad is None for p in network.parameters())
+    assert all(not p.grad.any() for p in copies[1].parameters())
+    # A parameter that is a new tensor builds the copies again.
+    conv = next(m for m in network.modules() if isinstance(m, nn.Conv2d))
+    conv.weight = nn.Parameter(conv.weight.detach().clone())
+    assert replicas(network, cpu)[1] is not copy_ and replicas.builds == 2

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import os
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -40,9 +39,6 @@ from torch import nn
 from dmls.config.spec import RunSpec
 from dmls.training.models import shard_units
 from dmls.training.optimizers import make_optimizer, optimizer_recipe
-
-# The module (torch.nn.parallel exports its function `replicate` under the same name).
-replicate_module = importlib.import_module("torch.nn.parallel.replicate")
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 # fp8 as torchao's float8 training runs: the eligible Linear layers' GEMMs in fp8
@@ -244,12 +240,19 @@ class ReplicaThreads:
     its convolution plans again. Here every replica runs on a thread that lives as long as the
     model, so its plans are kept; the first GPU's on the calling thread, which saves handing it
     to another thread and back each step. What runs for each replica is what `parallel_apply`
-    runs: the replica on its device and current stream, under the caller's grad mode and
-    autocast state."""
+    runs: the replica on its device and the caller's current stream there, under the caller's
+    grad mode and autocast state (a context is entered only where the thread's own state
+    differs: each costs host time in a step that is all host time)."""
 
     def __init__(self, devices: list[int]) -> None:
         self.pools = {
-            d: ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"dp-gpu{d}")
+            # Each thread's current device is set once, when it starts.
+            d: ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix=f"dp-gpu{d}",
+                initializer=torch.cuda.set_device,
+                initargs=(d,),
+            )
             for d in devices[1:]
         }
 
@@ -259,23 +262,30 @@ class ReplicaThreads:
         grad = torch.is_grad_enabled()
         autocast = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
 
-        def forward(module, args, kw, device, stream):
+        def forward(module, args, kw, stream):  # on a replica's thread, its device current
             torch.set_grad_enabled(grad)
             with (
-                torch.cuda.device(device),
-                torch.cuda.stream(stream),
-                torch.autocast("cuda", dtype=autocast[1], enabled=autocast[0]),
+                torch.cuda.stream(stream)
+                if torch.cuda.current_stream() != stream
+                else contextlib.nullcontext(),
+                torch.autocast("cuda", dtype=autocast[1])
+                if autocast[0]
+                else contextlib.nullcontext(),
             ):
-                return module(*(args if isinstance(args, list | tuple) else (args,)), **kw)
+                return module(*_as_args(args), **kw)
 
-        jobs = [
-            (m, a, k, d, torch.cuda.current_stream(d))
-            for m, a, k, d in zip(modules, inputs, kwargs, devices, strict=True)
+        # The other GPUs' replicas start first, each on the caller's current stream of its GPU.
+        futures = [
+            self.pools[d].submit(forward, m, a, k, torch.cuda.current_stream(d))
+            for m, a, k, d in zip(modules[1:], inputs[1:], kwargs[1:], devices[1:], strict=True)
         ]
-        # The other GPUs' replicas start first; then this thread runs the first GPU's.
-        futures = [self.pools[job[3]].submit(forward, *job) for job in jobs[1:]]
-        try:
-            first = forward(*jobs[0])
+        try:  # then this thread runs the first GPU's, under its own grad mode and autocast
+            with (
+                torch.cuda.device(devices[0])
+                if torch.cuda.current_device() != devices[0]
+                else contextlib.nullcontext()
+            ):
+                first = modules[0](*_as_args(inputs[0]), **kwargs[0])
         except BaseException:
             wait(futures)  # the other replicas end before the error leaves the step
             raise
@@ -286,103 +296,226 @@ class ReplicaThreads:
             pool.shutdown()
 
 
-class PersistentReplicas:
-    """nn.parallel.replicate's replicas, their module objects kept from step to step.
+def _as_args(args: Any) -> tuple:
+    return tuple(args) if isinstance(args, list | tuple) else (args,)
 
-    Each step, `replicate` broadcasts the parameters and buffers to the GPUs (one coalesced
-    copy, through autograd so that the gradients flow back to the originals) and then builds a
-    new module object for every module of every replica in Python: 2.35 of its 2.40 ms per step
-    for the course CNN on 2 GPUs (measured with the broadcast stubbed out, CPU). Here the module
-    objects are built once, by `replicate` itself, and each later step only broadcasts, with
-    `replicate`'s own function, and sets the copies where `replicate` sets them. The replicas
-    are built again when the module tree, its parameters or buffers (by identity), their
-    train/eval modes, the devices or the grad mode (a detached broadcast under no_grad) change.
-    Other attributes a module reassigns after that are not seen by its replicas: the course's
-    models reassign none."""
+
+class PersistentReplicas:
+    """The replicas DataParallel copies the model into, kept whole from step to step: module
+    objects and parameter tensors. The first device's replica is the network itself.
+
+    nn.parallel.replicate builds every replica again each step: it broadcasts the parameters
+    and buffers through autograd (a Broadcast node whose backward sums the replicas'
+    gradients onto the first device) and builds a new module object for every module of every
+    other replica in Python. Here each other device keeps one copy of the network, built
+    once, whose parameters and buffers are views into one flat tensor per dtype, laid out as
+    the network's are (so multi-tensor copies take their one-kernel path). Each step gathers
+    the network's weights into a flat staging tensor on the first device (one multi-tensor
+    copy) and copies that to each other device (one copy); once the backward is done, each
+    copy's gradients, views into one flat tensor too, come back the same way and are added to
+    the network's (one copy, one multi-tensor add), as the Broadcast node's backward sums
+    them, and are zeroed. What a replica learns is what replicate's learns: the same weights
+    each step, its gradients summed onto the first device, its buffer updates (BatchNorm's
+    running statistics) dropped as replicate's are. A parameter to which the network itself
+    gave no gradient keeps none: the replicas run the same code, so none of them used it.
+
+    The copies are built again when the module tree or its parameters or buffers (by
+    identity, dtype or requires_grad) or the devices change; train/eval modes are mirrored
+    each step. Other attributes a module reassigns after that are not seen by its copies: the
+    course's models reassign none."""
 
     def __init__(self) -> None:
         self._key: tuple | None = None
-        self._replicas: list[list[nn.Module]] = []  # per device, in network.modules() order
-        self._params: list[tuple[int, str, int]] = []  # (module, name, index in parameters())
-        self._buffers: list[tuple[int, str, bool, int]] = []  # (module, name, with grad, index)
-        self.builds = 0  # how many times the replicas were built (tests, benches)
+        self._copies: list[nn.Module] = []  # one per device after the first
+        self._modules: list[list[nn.Module]] = []  # per copy, in network.modules() order
+        self._weights: list[_FlatViews] = []  # per dtype: parameters and buffers
+        self._grads: list[_FlatViews] = []  # per dtype: the parameters that take a gradient
+        self.builds = 0  # how many times the copies were built (tests, benches)
 
-    def __call__(self, network: nn.Module, devices: list[int], detach: bool) -> list[nn.Module]:
+    def __call__(self, network: nn.Module, devices: list[torch.device]) -> list[nn.Module]:
+        """The network's replicas on `devices` (the first is the network's own device), holding
+        the network's current weights."""
         modules = list(network.modules())
         params = list(network.parameters())
-        buffers = list(network.buffers())
+        tensors = params + list(network.buffers())
         key = (
-            tuple(devices), detach, tuple(map(id, modules)), tuple(map(id, params)),
-            tuple(map(id, buffers)), tuple(m.training for m in modules),
-            tuple(b.requires_grad for b in buffers),
+            tuple(devices), tuple(map(id, modules)), tuple(map(id, tensors)),
+            tuple(t.dtype for t in tensors), tuple(p.requires_grad for p in params),
         )  # fmt: skip
         if key != self._key:
-            return self._build(network, modules, params, buffers, devices, detach, key)
-        broadcast = replicate_module._broadcast_coalesced_reshape
-        param_copies = broadcast(params, devices, detach)
-        with_grad, without = _split_buffers(buffers, detach)
-        buffer_copies = {
-            True: broadcast(with_grad, devices, detach=detach),
-            False: broadcast(without, devices, detach=True),
-        }
-        for j, replica in enumerate(self._replicas):
-            for i, name, index in self._params:
-                copy_ = param_copies[j][index]
-                setattr(replica[i], name, copy_)  # as replicate does: no longer a leaf
-                replica[i]._former_parameters[name] = copy_
-            for i, name, grad, index in self._buffers:
-                setattr(replica[i], name, buffer_copies[grad][j][index])
-        return [replica[0] for replica in self._replicas]
+            self._build(network, modules, tensors, len(params), devices, key)
+        with torch.no_grad():
+            for group in self._weights:
+                group.send([tensors[i] for i in group.indices])
+        modes = [m.training for m in modules]
+        for copy_modules in self._modules:
+            for module, mode in zip(copy_modules, modes, strict=True):
+                module.training = mode
+        return [network, *self._copies]
 
     def _build(
-        self, network: nn.Module, modules: list[nn.Module], params: list[torch.Tensor],
-        buffers: list[torch.Tensor], devices: list[int], detach: bool, key: tuple,
-    ) -> list[nn.Module]:  # fmt: skip
-        roots = replicate_module.replicate(network, devices, detach)
-        self._replicas = [list(root.modules()) for root in roots]
-        if any(len(replica) != len(modules) for replica in self._replicas):
-            raise RuntimeError("a replica's module tree differs from the network's")
-        param_index = {id(p): k for k, p in enumerate(params)}
-        with_grad, without = _split_buffers(buffers, detach)
-        buffer_index = {id(b): (True, k) for k, b in enumerate(with_grad)}
-        buffer_index |= {id(b): (False, k) for k, b in enumerate(without)}
-        self._params = [
-            (i, name, param_index[id(p)])
-            for i, m in enumerate(modules)
-            for name, p in m._parameters.items()
-            if p is not None
-        ]
-        self._buffers = [
-            (i, name, *buffer_index[id(b)])
-            for i, m in enumerate(modules)
-            for name, b in m._buffers.items()
-            if b is not None
-        ]
+        self, network: nn.Module, modules: list[nn.Module], tensors: list[torch.Tensor],
+        n_params: int, devices: list[torch.device], key: tuple,
+    ) -> None:  # fmt: skip
+        self._key = None
+        by_dtype: dict[torch.dtype, list[int]] = {}
+        for i, t in enumerate(tensors):
+            by_dtype.setdefault(t.dtype, []).append(i)
+        self._weights = [_FlatViews(tensors, ix, devices) for ix in by_dtype.values()]
+        trained: dict[torch.dtype, list[int]] = {}
+        for i, p in enumerate(tensors[:n_params]):
+            if p.requires_grad:
+                trained.setdefault(p.dtype, []).append(i)
+        self._grads = [_FlatViews(tensors, ix, devices) for ix in trained.values()]
+        self._copies, self._modules = [], []
+        for d in range(1, len(devices)):
+            views = {
+                i: v for g in self._weights for i, v in zip(g.indices, g.views[d], strict=True)
+            }
+            grads = {i: v for g in self._grads for i, v in zip(g.indices, g.views[d], strict=True)}
+            copy_ = _copy_onto(network, devices[d], tensors, n_params, views, grads)
+            self._copies.append(copy_)
+            self._modules.append(list(copy_.modules()))
+            if len(self._modules[-1]) != len(modules):
+                raise RuntimeError("a replica's module tree differs from the network's")
+        self._params = tensors[:n_params]
         self._key = key
         self.builds += 1
-        return roots
+
+    def sum_gradients(self) -> None:
+        """Add the copies' gradients into the network's and zero them: what replicate's
+        Broadcast node does in the backward."""
+        for group in self._grads:
+            group.receive_into([self._params[i].grad for i in group.indices])
+
+    def sum_gradients_in_backward(self, output: Any) -> Any:
+        """Have the backward that reaches `output` end by summing the copies' gradients onto
+        the network's (`sum_gradients`, queued on autograd's engine as DDP and FSDP queue
+        theirs: it runs once the whole backward is done, its streams synchronised)."""
+        if not self._copies or not torch.is_grad_enabled():
+            return output
+        engine = torch.autograd.Variable._execution_engine
+
+        def queue(grad: torch.Tensor) -> torch.Tensor:
+            engine.queue_callback(self.sum_gradients)
+            return grad
+
+        # Every output that takes a gradient: a backward through two of them sums twice, the
+        # second time zeros.
+        for leaf in torch.utils._pytree.tree_leaves(output):
+            if isinstance(leaf, torch.Tensor) and leaf.requires_grad:
+                leaf.register_hook(queue)
+        return output
 
 
-def _split_buffers(
-    buffers: list[torch.Tensor], detach: bool
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The buffers `replicate` broadcasts through autograd, and those it broadcasts detached."""
-    with_grad = [b for b in buffers if b.requires_grad and not detach]
-    return with_grad, [b for b in buffers if not (b.requires_grad and not detach)]
+class _FlatViews:
+    """Tensors `indices` of a list, all of one dtype, laid out in one flat tensor per device:
+    `views[d]` are views into device d's flat tensor with the tensors' own sizes and strides
+    (a dense layout, channels_last or not, keeps its strides; another becomes contiguous),
+    each starting on a 256-byte boundary as an allocation of its own would (CUDA kernels and
+    cuDNN load vectors that must be aligned: views packed end to end raised "misaligned
+    address")."""
+
+    ALIGN_BYTES = 256
+
+    def __init__(
+        self, tensors: list[torch.Tensor], indices: list[int], devices: list[torch.device]
+    ) -> None:
+        self.indices = indices
+        like = [tensors[i] for i in indices]
+        align = max(1, self.ALIGN_BYTES // like[0].element_size())
+        self.offsets, total = [], 0
+        for t in like:
+            self.offsets.append(total)
+            total += -(-t.numel() // align) * align
+        self.flats = [torch.zeros(total, dtype=like[0].dtype, device=d) for d in devices]
+        self.views = [_carve(flat, like, self.offsets) for flat in self.flats]
+
+    def send(self, sources: list[torch.Tensor]) -> None:
+        """Copy `sources` (on the first device) into every device's views."""
+        torch._foreach_copy_(self.views[0], sources)
+        for flat in self.flats[1:]:
+            flat.copy_(self.flats[0], non_blocking=True)
+
+    def receive_into(self, targets: list[torch.Tensor | None]) -> None:
+        """Add every other device's views into `targets` (on the first device; None: skipped)
+        and zero them."""
+        present = [k for k, t in enumerate(targets) if t is not None]
+        for flat in self.flats[1:]:
+            if present:
+                self.flats[0].copy_(flat, non_blocking=True)
+                torch._foreach_add_(
+                    [targets[k] for k in present], [self.views[0][k] for k in present]
+                )
+            flat.zero_()
+
+
+def _carve(flat: torch.Tensor, like: list[torch.Tensor], offsets: list[int]) -> list[torch.Tensor]:
+    return [
+        flat.as_strided(
+            t.shape,
+            t.stride() if _dense(t) else torch.empty(t.shape, device="meta").stride(),
+            offset,
+        )
+        for t, offset in zip(like, offsets, strict=True)
+    ]
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t` covers its memory exactly once (contiguous in some order of its dims)."""
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda d: d[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _copy_onto(
+    network: nn.Module, device: torch.device, tensors: list[torch.Tensor], n_params: int,
+    views: dict[int, torch.Tensor], grads: dict[int, torch.Tensor],
+) -> nn.Module:  # fmt: skip
+    """The network's module tree once more, for `device`, its parameter i a leaf on views[i]
+    with grads[i] as its gradient, its buffer i views[i]."""
+    index = {id(t): i for i, t in enumerate(tensors)}
+    # The module objects, without copying the tensors (the memo maps each to itself).
+    copy_ = copy.deepcopy(network, memo={id(t): t for t in tensors})
+    made: dict[int, torch.Tensor] = {}
+    for module in copy_.modules():
+        for slots, is_param in ((module._parameters, True), (module._buffers, False)):
+            for name, t in slots.items():
+                if t is None:
+                    continue
+                i = index[id(t)]
+                if i not in made:
+                    if is_param:
+                        made[i] = nn.Parameter(views[i], requires_grad=t.requires_grad)
+                        if i in grads:
+                            made[i].grad = grads[i]
+                    else:
+                        made[i] = views[i]
+                slots[name] = made[i]
+    return copy_
 
 
 class ThreadedDataParallel(nn.DataParallel):
     """nn.DataParallel (scatter, replicate, forward, gather; one process) whose replicas run on
-    `ReplicaThreads` instead of new threads every step, and whose replicas' module objects
-    persist between steps (`PersistentReplicas`) instead of being built again every step."""
+    `ReplicaThreads` instead of new threads every step, and persist between steps
+    (`PersistentReplicas`) instead of being built again every step: each step copies the
+    weights into them, and the backward ends by summing their gradients onto the first GPU."""
 
     def __init__(self, module: nn.Module, device_ids: list[int]) -> None:
         super().__init__(module, device_ids=device_ids)
         self.threads = ReplicaThreads(device_ids)
         self.replicas = PersistentReplicas()
 
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        return self.replicas.sum_gradients_in_backward(super().forward(*inputs, **kwargs))
+
     def replicate(self, module: nn.Module, device_ids: list[int]) -> list[nn.Module]:
-        return self.replicas(module, list(device_ids), not torch.is_grad_enabled())
+        return self.replicas(module, [torch.device("cuda", d) for d in device_ids])
 
     def parallel_apply(self, replicas, inputs, kwargs):
         return self.threads.apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
