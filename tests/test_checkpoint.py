@@ -321,3 +321,97 @@ def test_a_run_another_workflow_is_training_into_the_same_folder_is_refused(tmp_
         f"{checkpoint_path}.lock); let that one finish, or give this checkout its own results_dir"
     )
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_the_writer_writes_what_the_state_was_when_submitted_one_write_at_a_time(
+    tmp_path, monkeypatch
+):
+    """Training goes on while a checkpoint is written: the writer copies the state's tensors
+    at submit (a weight changed in place afterwards is not what lands), writes in order with
+    at most one write in flight, and flush waits for it."""
+    import threading
+
+    real_save, release, events = checkpoint.save, threading.Event(), []
+
+    def slow_save(path, key, state):
+        events.append(("start", state["epoch"]))
+        assert release.wait(10)
+        real_save(path, key, state)
+        events.append(("end", state["epoch"]))
+
+    monkeypatch.setattr(checkpoint, "save", slow_save)
+    writer = checkpoint.Writer()
+    weights = torch.arange(4.0)
+    writer.submit(tmp_path / "run.pt", KEY, {"epoch": 1, "weights": weights, "step": 7})
+    weights.add_(100.0)  # the next epoch trains meanwhile
+    threading.Timer(0.2, release.set).start()
+    writer.submit(tmp_path / "run.pt", KEY, {"epoch": 2, "weights": weights, "step": 8})
+    assert events[:2] == [("start", 1), ("end", 1)]  # the second waited for the first
+    writer.close()
+    assert events == [("start", 1), ("end", 1), ("start", 2), ("end", 2)]
+    state, _ = checkpoint.load(tmp_path / "run.pt", KEY)
+    assert state["epoch"] == 2 and state["weights"].tolist() == [100.0, 101.0, 102.0, 103.0]
+
+
+def test_the_writer_stages_its_own_copy_and_raises_a_write_error_at_the_next_call(
+    tmp_path, monkeypatch
+):
+    import errno
+    import threading
+
+    release = threading.Event()
+    real_save = checkpoint.save
+
+    def held_save(path, key, state):
+        assert release.wait(10)
+        real_save(path, key, state)
+
+    monkeypatch.setattr(checkpoint, "save", held_save)
+    writer = checkpoint.Writer()
+    weights = torch.zeros(3)
+    writer.submit(tmp_path / "run.pt", KEY, {"epoch": 1, "optimizer": {"state": [weights]}})
+    weights.fill_(5.0)
+    release.set()
+    writer.flush()
+    state, _ = checkpoint.load(tmp_path / "run.pt", KEY)
+    assert state["optimizer"]["state"][0].tolist() == [0.0, 0.0, 0.0]
+
+    def full(target, write):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    monkeypatch.setattr(checkpoint, "atomic_write", full)
+    writer.submit(tmp_path / "run.pt", KEY, {"epoch": 2})
+    with pytest.raises(checkpoint.DiskFull, match="the run resumes after epoch 1"):
+        writer.flush()
+    writer.flush()  # reported once
+    writer.close()
+
+
+def test_a_full_disk_during_training_fails_the_run_and_keeps_the_last_checkpoint(
+    tabular_dir, tmp_path, monkeypatch
+):
+    """The epochs' checkpoints are written on the writer's thread: a full disk there still
+    ends the run with DiskFull, and the checkpoint before it stays on disk to resume."""
+    import errno
+
+    from dmls.training import trainer
+
+    real_write, writes = checkpoint.atomic_write, []
+
+    def full_at_the_second(target, write):
+        writes.append(target)
+        if len(writes) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(target, write)
+
+    monkeypatch.setattr(checkpoint, "atomic_write", full_at_the_second)
+    spec = make_spec(
+        dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu", epochs=3,
+        batch_size=64, num_workers=0,
+    )  # fmt: skip
+    path = tmp_path / "run.pt"
+    with pytest.raises(checkpoint.DiskFull, match="the run resumes after epoch 1"):
+        trainer.train(spec, tabular_dir, tmp_path, path)
+    state, _ = checkpoint.load(path, checkpoint.read_identity(path))
+    assert state["epoch"] == 1

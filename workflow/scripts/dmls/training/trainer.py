@@ -10,6 +10,7 @@ compare like with like.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import os
@@ -79,6 +80,7 @@ class Trainer:
         training and evaluation drew on all ranks' GPUs."""
         self.spec, self.strategy, self.process = spec, strategy, process
         self.meter = meter
+        self.checkpoints = checkpoint.Writer()  # the epochs' checkpoints, written meanwhile
         device = process.device
         # Every generator from the seed first: a seed trained after others in the same process
         # draws exactly what it would draw in a job of its own (its data order, augmentation,
@@ -159,6 +161,8 @@ class Trainer:
         k, n = self.spec.grad_accum_steps, len(self.data.train)
         tail_start = n - n % k  # the last group may hold fewer than k micro-batches
         if self.drill is not None:
+            # A drill's run resumes from the epoch before, whatever the disk's speed.
+            self.checkpoints.flush()
             self.drill.start_epoch(epoch + 1, n)
         self.step.sums.zero_()
         for i, (x, y) in enumerate(self._progress(self.data.train, epoch)):
@@ -220,10 +224,30 @@ class Trainer:
 
     def fit(self, checkpoint_path: Path) -> dict[str, Any]:
         """Train the remaining epochs (all of them, unless a checkpoint of this spec exists),
-        checkpointing after each."""
-        spec = self.spec
+        checkpointing after each (`checkpoint.Writer`: the last one is on disk when this
+        returns, or raises)."""
         progress = self._resume(checkpoint_path)
         resumed_from_epoch = progress.epoch
+        try:
+            outcome = self._epochs(progress, checkpoint_path)
+        except BaseException:
+            # The last finished epoch's checkpoint still lands: a rerun resumes from it.
+            with contextlib.suppress(Exception):
+                self.checkpoints.flush()
+            raise
+        t = time.perf_counter()
+        self.checkpoints.flush()  # the last epoch's, before the seed's end replaces it
+        outcome["checkpoint_time_s"] += time.perf_counter() - t
+        return outcome | {
+            "history": progress.history,
+            "stopped_early_epoch": progress.stopped_early_epoch,
+            "resumed_from_epoch": resumed_from_epoch,
+        }
+
+    def _epochs(self, progress: Progress, checkpoint_path: Path) -> dict[str, Any]:
+        """Train and evaluate epochs, each followed by its checkpoint, until the spec's last,
+        early stopping or a non-finite loss."""
+        spec = self.spec
         status, reason, diverged_epoch = "ok", None, None
         checkpoint_time = 0.0
         while progress.epoch < spec.epochs and not progress.stopped_early_epoch:
@@ -277,10 +301,7 @@ class Trainer:
             "checkpoint_time_s": checkpoint_time,
             "status": status,
             "reason": reason,
-            "history": progress.history,
-            "stopped_early_epoch": progress.stopped_early_epoch,
             "diverged_epoch": diverged_epoch,
-            "resumed_from_epoch": resumed_from_epoch,
         }
 
     def _joules(self) -> float:
@@ -313,7 +334,7 @@ class Trainer:
             "precisions": sorted(self.probe.seen),
             "rng": rng,
         }
-        checkpoint.save(path, self._checkpoint_identity(), state)
+        self.checkpoints.submit(path, self._checkpoint_identity(), state)
 
     def _resume(self, path: Path) -> Progress:
         state, note = checkpoint.load(
@@ -348,6 +369,7 @@ class Trainer:
     def release(self) -> None:
         """Free what this seed's trainer holds on the devices (CUDA graphs, loaders)."""
         self.step.release()
+        self.checkpoints.close()
         del self.module, self.optimizer, self.scheduler, self.model, self.data
 
     def step_record(self) -> dict[str, Any]:
