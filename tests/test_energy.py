@@ -111,6 +111,33 @@ def test_the_meter_measures_how_often_the_counter_moves():
     period = energy.update_period(lambda: int((time.perf_counter() - start) / 0.02))
     assert period == pytest.approx(0.02, abs=0.005)
     assert energy.update_period(lambda: 7, timeout_s=0.05) is None  # it never moved
+    # Polled every 2 ms, as the meter's own thread does.
+    polled = energy.update_period(lambda: int((time.perf_counter() - start) / 0.02), poll_s=0.002)
+    assert polled == pytest.approx(0.02, abs=0.006)
+
+
+def test_the_meter_measures_the_period_on_a_thread_while_the_job_goes_on():
+    import threading
+    import time
+
+    start = time.perf_counter()
+    threads = []
+
+    class FakeNVML:
+        @staticmethod
+        def nvmlDeviceGetTotalEnergyConsumption(handle):
+            threads.append(threading.current_thread().name)
+            return int((time.perf_counter() - start) / 0.02)  # mJ, updated every 20 ms
+
+    meter = energy.EnergyMeter(FakeNVML(), ["gpu0"])
+    meter.measure_update_period()
+    meter.measure_update_period()  # once is enough: a second call starts nothing
+    assert meter.update_period_s == pytest.approx(0.02, abs=0.006)
+    assert set(threads) == {"dmls-energy-period"}
+    # Asked without a measurement started, the meter measures then.
+    assert energy.EnergyMeter(FakeNVML(), ["gpu0"]).update_period_s == pytest.approx(
+        0.02, abs=0.006
+    )
 
 
 def test_steady_epochs_too_short_for_the_counter_have_no_joules_and_say_why():
@@ -133,11 +160,14 @@ class StepMeter:
     """A counter that advances 10 J every time it is read."""
 
     def __init__(self):
-        self.total = 0.0
+        self.total, self.period_started = 0.0, False
 
     def joules(self) -> float:
         self.total += 10.0
         return self.total
+
+    def measure_update_period(self) -> None:
+        self.period_started = True
 
 
 def test_the_engine_records_each_epochs_joules_and_the_seeds_totals(
@@ -147,9 +177,11 @@ def test_the_engine_records_each_epochs_joules_and_the_seeds_totals(
 
     spec = make_spec(dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu",
                      epochs=3, batch_size=64, num_workers=0, seeds=2)  # fmt: skip
-    monkeypatch.setattr(energy.EnergyMeter, "open", classmethod(lambda c, g: (StepMeter(), None)))
+    meter = StepMeter()
+    monkeypatch.setattr(energy.EnergyMeter, "open", classmethod(lambda c, g: (meter, None)))
     job = trainer.train(spec, tabular_dir, tmp_path, tmp_path / "job.pt")
     assert job["energy"]["measured"] and job["energy"]["reason"] is None
+    assert meter.period_started  # at the job's start, by the rank that writes the results
     for seed in job["seeds"]:
         # Read before training, after it and after evaluation: 10 J apart each.
         assert [(h["train_energy_j"], h["eval_energy_j"]) for h in seed["history"]] == [

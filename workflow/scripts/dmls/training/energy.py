@@ -22,7 +22,9 @@ seed's whole training span many more.
 from __future__ import annotations
 
 import functools
+import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 # What the joules cover, as metrics.json says it.
@@ -38,14 +40,36 @@ class EnergyMeter:
 
     def __init__(self, nvml: Any, handles: list[Any]) -> None:
         self._nvml, self._handles = nvml, handles
+        self._period: Future | None = None
+
+    def measure_update_period(self) -> None:
+        """Start measuring the counter's update period on a thread of its own, which reads the
+        counter every 2 ms (ctypes releases the GIL, so it takes next to nothing from the
+        training beside it) until it has seen two updates: about 0.1-0.2 s on an H100 or H200,
+        which the job no longer waits for. Its error is a few ms (the poll, and the GIL when
+        the training thread holds it): plenty for `resolution_reason`."""
+        if self._period is not None:
+            return
+        self._period = future = Future()
+
+        def measure() -> None:
+            try:
+                read = functools.partial(
+                    self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handles[0]
+                )
+                future.set_result(update_period(read, poll_s=0.002))
+            except BaseException as e:  # (raised to whoever asks for the period)
+                future.set_exception(e)
+
+        threading.Thread(target=measure, name="dmls-energy-period", daemon=True).start()
 
     @functools.cached_property
     def update_period_s(self) -> float | None:
-        """Seconds between the counter's updates (None: it did not move twice while measured).
-        Measured once, when first asked: only the rank that writes the results asks, and only
-        after its first seed has trained, outside the epochs' timed windows."""
-        return update_period(lambda: self._nvml.nvmlDeviceGetTotalEnergyConsumption(
-            self._handles[0]))  # fmt: skip
+        """Seconds between the counter's updates (None: it did not move twice while measured):
+        the measurement `measure_update_period` started, or one now. Only the rank that
+        writes the results asks, after its first seed has trained."""
+        self.measure_update_period()
+        return self._period.result()
 
     @classmethod
     def open(cls, gpu_indices: list[int]) -> tuple[EnergyMeter | None, str | None]:
@@ -76,13 +100,17 @@ class EnergyMeter:
         return sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1e3
 
 
-def update_period(read: Any, timeout_s: float = 0.5) -> float | None:
-    """Seconds between two successive changes of the counter that `read()` returns, or None
-    when it did not change twice within `timeout_s` (an idle board still draws, so it moves)."""
+def update_period(read: Any, timeout_s: float = 0.5, poll_s: float = 0.0) -> float | None:
+    """Seconds between two successive changes of the counter that `read()` returns, read every
+    `poll_s` seconds (0: as fast as it can), or None when it did not change twice within
+    `timeout_s` (an idle board still draws, so it moves)."""
     last_change = None
     value = read()
     begin = time.perf_counter()
     while (now := time.perf_counter()) - begin < timeout_s:
+        if poll_s:
+            time.sleep(poll_s)
+            now = time.perf_counter()
         current = read()
         if current != value:
             value = current

@@ -403,6 +403,8 @@ def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -
     gpus = strategy.gpu_indices()
     meter, no_energy = energy.EnergyMeter.open(gpus)
     meter, no_energy = energy.agree(meter, process.gather(no_energy))
+    if meter is not None and process.is_main:
+        meter.measure_update_period()  # meanwhile: the results ask for it after the first seed
     _settle_collector()
     job_peaks = dict.fromkeys(gpus, (0, 0))  # each GPU's peak over the seeds
     seeds = []
