@@ -14,6 +14,7 @@ the fsync, to tell the disk's flush from the write.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import io
 import json
@@ -34,6 +35,10 @@ from dmls.data import datasets
 from dmls.files import atomic_write
 from dmls.training.parallel import strategy_for
 from dmls.training.trainer import Trainer
+
+
+def _write(payload: bytes, f) -> None:
+    f.write(payload)
 
 
 def main() -> None:
@@ -71,7 +76,7 @@ def main() -> None:
                 t2 = time.perf_counter()
                 hashlib.sha256(payload).hexdigest()
                 t3 = time.perf_counter()
-                atomic_write(work / "checkpoint.pt", lambda f: f.write(payload))
+                atomic_write(work / "checkpoint.pt", functools.partial(_write, payload))
                 t4 = time.perf_counter()
                 with open(work / "unsynced.pt", "wb") as f:
                     f.write(payload)
@@ -89,8 +94,10 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
         "torch": torch.__version__,
         "payload_mib": len(payload) / 2**20,
-        "ms": {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
-               for k, v in parts.items()},  # fmt: skip
+        "ms": {
+            k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+            for k, v in parts.items()
+        },
     }
     print(json.dumps(summary, indent=1))
     if args.out:

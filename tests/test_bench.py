@@ -73,3 +73,17 @@ def test_the_launch_overhead_benchmark_runs_its_cpu_parts(tmp_path):
         (bare,) = report["bare_torchrun"][rdzv]
         assert bare["to_ranks_s"] > 0 and bare["after_ranks_s"] > 0
         assert bare["total_s"] >= bare["to_ranks_s"] + bare["after_ranks_s"]
+
+
+def test_the_checkpoint_cost_benchmark_times_every_part_on_the_cpu(tmp_path):
+    out = tmp_path / "checkpoint.json"
+    bench = str(ROOT / "bench" / "checkpoint_cost.py")
+    command = [sys.executable, bench, "--repeats", "2", "--dir", str(tmp_path), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["payload_mib"] > 1  # A1's weights and AdamW
+    parts = ("state_to_cpu", "serialise", "sha256", "write_fsync_rename", "write_rename_no_fsync")
+    assert set(report["each_ms"]) == set(parts)
+    assert all(len(ms) == 2 and min(ms) > 0 for ms in report["each_ms"].values())
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]  # its files cleaned up
