@@ -121,9 +121,13 @@ def test_persistent_replicas_learn_what_replicate_learns_and_are_kept_between_st
         return out, [p.grad.clone() for p in net.parameters()]
 
     stock_out, stock_grads = step(reference, lambda: replicate_module.replicate(reference, [0, 1]))
+    seen = []  # a forward hook on the network sees every replica's forward, as replicate's do
+    hook = network.register_forward_hook(lambda module, args, out: seen.append(out.shape[0]))
     ours_out, ours_grads = step(
         network, lambda: replicas(network, cpu), replicas.sum_gradients_in_backward
     )
+    hook.remove()
+    assert seen == [4, 4]
     torch.testing.assert_close(ours_out, stock_out)
     for ours, theirs in zip(ours_grads, stock_grads, strict=True):
         torch.testing.assert_close(ours, theirs)

@@ -330,6 +330,7 @@ class PersistentReplicas:
         self._modules: list[list[nn.Module]] = []  # per copy, in network.modules() order
         self._weights: list[_FlatViews] = []  # per dtype: parameters and buffers
         self._grads: list[_FlatViews] = []  # per dtype: the parameters that take a gradient
+        self._params: list[torch.Tensor] = []  # the network's
         self.builds = 0  # how many times the copies were built (tests, benches)
 
     def __call__(self, network: nn.Module, devices: list[torch.device]) -> list[nn.Module]:
@@ -373,7 +374,7 @@ class PersistentReplicas:
                 i: v for g in self._weights for i, v in zip(g.indices, g.views[d], strict=True)
             }
             grads = {i: v for g in self._grads for i, v in zip(g.indices, g.views[d], strict=True)}
-            copy_ = _copy_onto(network, devices[d], tensors, n_params, views, grads)
+            copy_ = _copy_onto(network, tensors, views, grads)
             self._copies.append(copy_)
             self._modules.append(list(copy_.modules()))
             if len(self._modules[-1]) != len(modules):
@@ -474,30 +475,43 @@ def _dense(t: torch.Tensor) -> bool:
 
 
 def _copy_onto(
-    network: nn.Module, device: torch.device, tensors: list[torch.Tensor], n_params: int,
-    views: dict[int, torch.Tensor], grads: dict[int, torch.Tensor],
+    network: nn.Module, tensors: list[torch.Tensor], views: dict[int, torch.Tensor],
+    grads: dict[int, torch.Tensor],
 ) -> nn.Module:  # fmt: skip
-    """The network's module tree once more, for `device`, its parameter i a leaf on views[i]
-    with grads[i] as its gradient, its buffer i views[i]."""
+    """The network's module tree once more, each module a shallow copy as `replicate` makes
+    its replicas' (hooks and other attributes shared with the network's: a forward hook sees
+    every replica), its parameter i (in `tensors`) a leaf on views[i] with grads[i] as its
+    gradient, its buffer i views[i]."""
     index = {id(t): i for i, t in enumerate(tensors)}
-    # The module objects, without copying the tensors (the memo maps each to itself).
-    copy_ = copy.deepcopy(network, memo={id(t): t for t in tensors})
-    made: dict[int, torch.Tensor] = {}
-    for module in copy_.modules():
-        for slots, is_param in ((module._parameters, True), (module._buffers, False)):
-            for name, t in slots.items():
-                if t is None:
-                    continue
-                i = index[id(t)]
-                if i not in made:
-                    if is_param:
-                        made[i] = nn.Parameter(views[i], requires_grad=t.requires_grad)
-                        if i in grads:
-                            made[i].grad = grads[i]
-                    else:
-                        made[i] = views[i]
-                slots[name] = made[i]
-    return copy_
+    made_tensors: dict[int, torch.Tensor] = {}
+    made_modules: dict[int, nn.Module] = {}
+
+    def tensor(t: torch.Tensor, is_param: bool) -> torch.Tensor:
+        i = index[id(t)]
+        if i not in made_tensors:
+            made_tensors[i] = views[i]
+            if is_param:
+                made_tensors[i] = nn.Parameter(views[i], requires_grad=t.requires_grad)
+                made_tensors[i].grad = grads.get(i)
+        return made_tensors[i]
+
+    def module_copy(module: nn.Module) -> nn.Module:
+        if id(module) not in made_modules:  # (a module shared within the tree stays shared)
+            replica = made_modules[id(module)] = module.__new__(type(module))
+            replica.__dict__ = module.__dict__.copy()
+            replica._parameters = {
+                name: None if p is None else tensor(p, True)
+                for name, p in module._parameters.items()
+            }
+            replica._buffers = {
+                name: None if b is None else tensor(b, False) for name, b in module._buffers.items()
+            }
+            replica._modules = {
+                name: None if m is None else module_copy(m) for name, m in module._modules.items()
+            }
+        return made_modules[id(module)]
+
+    return module_copy(network)
 
 
 class ThreadedDataParallel(nn.DataParallel):
