@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from dmls.data import datasets
 from dmls.files import atomic_write
 from dmls.training.parallel import strategy_for
-from dmls.training.trainer import Trainer
+from dmls.training.trainer import Progress, Trainer
 
 
 def _write(payload: bytes, f) -> None:
@@ -60,7 +61,7 @@ def main() -> None:
         trainer = Trainer(spec, strategy, process, data)
         trainer.train_epoch(0)  # the optimizer's state exists, as after any epoch
         trainer.synchronize()
-        progress = trainer._resume(args.dir / "absent.pt")
+        progress = asdict(Progress())  # as _save_checkpoint stores it
         parts: dict[str, list[float]] = {}
         work = Path(tempfile.mkdtemp(prefix=".dmls-ckpt-", dir=args.dir))
         try:

@@ -133,7 +133,7 @@ def test_the_meter_measures_the_period_on_a_thread_while_the_job_goes_on():
     meter.measure_update_period()
     meter.measure_update_period()  # once is enough: a second call starts nothing
     assert meter.update_period_s == pytest.approx(0.02, abs=0.006)
-    assert set(threads) == {"dmls-energy-period"}
+    assert set(threads) == {"dmls-energy-period_0"}
     # Asked without a measurement started, the meter measures then.
     assert energy.EnergyMeter(FakeNVML(), ["gpu0"]).update_period_s == pytest.approx(
         0.02, abs=0.006

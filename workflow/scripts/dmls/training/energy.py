@@ -22,9 +22,8 @@ seed's whole training span many more.
 from __future__ import annotations
 
 import functools
-import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 # What the joules cover, as metrics.json says it.
@@ -50,18 +49,10 @@ class EnergyMeter:
         the training thread holds it): plenty for `resolution_reason`."""
         if self._period is not None:
             return
-        self._period = future = Future()
-
-        def measure() -> None:
-            try:
-                read = functools.partial(
-                    self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handles[0]
-                )
-                future.set_result(update_period(read, poll_s=0.002))
-            except BaseException as e:  # (raised to whoever asks for the period)
-                future.set_exception(e)
-
-        threading.Thread(target=measure, name="dmls-energy-period", daemon=True).start()
+        read = functools.partial(self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handles[0])
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dmls-energy-period")
+        self._period = pool.submit(update_period, read, poll_s=0.002)  # its error: at .result()
+        pool.shutdown(wait=False)  # the thread ends with the measurement
 
     @functools.cached_property
     def update_period_s(self) -> float | None:

@@ -412,7 +412,7 @@ class PersistentReplicas:
 class _FlatViews:
     """Tensors `indices` of a list, all of one dtype, laid out in one flat tensor per device:
     `views[d]` are views into device d's flat tensor with the tensors' own sizes and strides
-    (a dense layout, channels_last or not, keeps its strides; another becomes contiguous),
+    (a dense layout, channels_last or not, keeps its strides; another becomes dense),
     each starting on a 256-byte boundary as an allocation of its own would (CUDA kernels and
     cuDNN load vectors that must be aligned: views packed end to end raised "misaligned
     address")."""
@@ -452,26 +452,12 @@ class _FlatViews:
 
 
 def _carve(flat: torch.Tensor, like: list[torch.Tensor], offsets: list[int]) -> list[torch.Tensor]:
+    # Strides as torch.empty_like lays out a tensor like t: t's own where t is dense
+    # (channels_last too), a dense layout in t's order of dimensions where it is not.
     return [
-        flat.as_strided(
-            t.shape,
-            t.stride() if _dense(t) else torch.empty(t.shape, device="meta").stride(),
-            offset,
-        )
+        flat.as_strided(t.shape, torch.empty_like(t, device="meta").stride(), offset)
         for t, offset in zip(like, offsets, strict=True)
     ]
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether `t` covers its memory exactly once (contiguous in some order of its dims)."""
-    expected = 1
-    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda d: d[1]):
-        if size == 1:
-            continue
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _copy_onto(
