@@ -36,7 +36,7 @@ import yaml  # noqa: E402
 
 from dmls.config.spec import RunSpec, deep_merge, resolve_runs  # noqa: E402
 from dmls.data import datasets  # noqa: E402
-from dmls.training import trainer  # noqa: E402
+from dmls.training import job as trainer  # noqa: E402
 
 COURSE = {"loader": "torch", "step": "eager"}  # DataLoader + per-image transforms, eager steps
 

@@ -172,7 +172,7 @@ def test_a_run_resumes_across_a_data_change_from_epoch_1(tmp_path, tabular_dir):
     """The repro: the same spec, its dataset prepared again from other rows, must not resume
     the checkpoint the old rows wrote."""
     from dmls.data import datasets
-    from dmls.training import trainer
+    from dmls.training import job as trainer
 
     spec = make_spec(
         dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu", epochs=2,
@@ -395,7 +395,7 @@ def test_a_full_disk_during_training_fails_the_run_and_keeps_the_last_checkpoint
     ends the run with DiskFull, and the checkpoint before it stays on disk to resume."""
     import errno
 
-    from dmls.training import trainer
+    from dmls.training import job as trainer
 
     real_write, writes = checkpoint.atomic_write, []
 

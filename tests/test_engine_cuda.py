@@ -6,7 +6,7 @@ import torch
 
 from conftest import make_spec
 from dmls.data import datasets
-from dmls.training import trainer
+from dmls.training import job as trainer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 # What the joules cover, as metrics.json says it.
@@ -39,28 +38,15 @@ class EnergyMeter:
 
     def __init__(self, nvml: Any, handles: list[Any]) -> None:
         self._nvml, self._handles = nvml, handles
-        self._period: Future | None = None
-
-    def measure_update_period(self) -> None:
-        """Start measuring the counter's update period on a thread of its own, which reads the
-        counter every 2 ms (ctypes releases the GIL, so it takes next to nothing from the
-        training beside it) until it has seen two updates: about 0.1-0.2 s on an H100 or H200,
-        which the job no longer waits for. Its error is a few ms (the poll, and the GIL when
-        the training thread holds it): plenty for `resolution_reason`."""
-        if self._period is not None:
-            return
-        read = functools.partial(self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handles[0])
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dmls-energy-period")
-        self._period = pool.submit(update_period, read, poll_s=0.002)  # its error: at .result()
-        pool.shutdown(wait=False)  # the thread ends with the measurement
 
     @functools.cached_property
     def update_period_s(self) -> float | None:
-        """Seconds between the counter's updates (None: it did not move twice while measured):
-        the measurement `measure_update_period` started, or one now. Only the rank that
-        writes the results asks, after its first seed has trained."""
-        self.measure_update_period()
-        return self._period.result()
+        """Seconds between the counter's updates (None: it did not move twice while measured),
+        measured on the first GPU when first asked (0.1-0.2 s on an H100 or H200). Only the rank
+        that writes the results asks, after its first seed has trained, outside the epochs'
+        timed windows."""
+        read = functools.partial(self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handles[0])
+        return update_period(read)
 
     @classmethod
     def open(cls, gpu_indices: list[int]) -> tuple[EnergyMeter | None, str | None]:
@@ -91,17 +77,13 @@ class EnergyMeter:
         return sum(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in self._handles) / 1e3
 
 
-def update_period(read: Any, timeout_s: float = 0.5, poll_s: float = 0.0) -> float | None:
-    """Seconds between two successive changes of the counter that `read()` returns, read every
-    `poll_s` seconds (0: as fast as it can), or None when it did not change twice within
-    `timeout_s` (an idle board still draws, so it moves)."""
+def update_period(read: Any, timeout_s: float = 0.5) -> float | None:
+    """Seconds between two successive changes of the counter that `read()` returns, or None
+    when it did not change twice within `timeout_s` (an idle board still draws, so it moves)."""
     last_change = None
     value = read()
     begin = time.perf_counter()
     while (now := time.perf_counter()) - begin < timeout_s:
-        if poll_s:
-            time.sleep(poll_s)
-            now = time.perf_counter()
         current = read()
         if current != value:
             value = current

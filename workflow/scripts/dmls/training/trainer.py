@@ -1,19 +1,17 @@
-"""One training loop for every run: single process, DataParallel, DDP under torchrun, accelerate.
+"""One rank's training of one seed, the same loop for every run: single process, DataParallel,
+DDP or FSDP under torchrun, accelerate.
 
-Reads top-down: `train(spec)` picks the run's parallel strategy (training/parallel.py), joins
-the process group the launcher prepared, builds the trainer (data, model, optimizer, step) and
-runs the epochs, then returns the run's result (training/results.py). What differs between
-launchers lives in the strategy and how a step runs in the step object (training/steps.py),
-both chosen once at setup; the epoch loop below is the same code for every run, so studies
-compare like with like.
+`Trainer` builds the seed's data, model, optimizer and step once, then `fit` runs the epochs,
+checkpointing after each. What differs between launchers lives in the strategy
+(training/parallel.py) and how a step runs in the step object (training/steps.py), both chosen
+once at setup; the epoch loop below is the same code for every run, so studies compare like
+with like. The job around it (its seeds, process group and result) is training/job.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
-import os
 import random
 import sys
 import time
@@ -28,20 +26,13 @@ from torch import nn
 from tqdm import tqdm
 
 from dmls.config.spec import RunSpec, SpecError
-from dmls.data.loaders import load_manifest, make_loaders
+from dmls.data.loaders import make_loaders
 from dmls.training import checkpoint, energy
 from dmls.training.faults import Drill
 from dmls.training.models import build_model
 from dmls.training.optimizers import make_scheduler
-from dmls.training.parallel import Process, SingleDevice, strategy_for
+from dmls.training.parallel import Process, SingleDevice
 from dmls.training.precision import Autocast, PrecisionProbe, convert_to_float8
-from dmls.training.results import (
-    gpu_peaks,
-    job_result,
-    rank_facts,
-    reset_gpu_peaks,
-    seed_result,
-)
 from dmls.training.steps import build_step, eager_reason, on_stream
 
 
@@ -386,151 +377,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # the CPU's and every CUDA device's
-
-
-def train(spec: RunSpec, data_dir: Path, run_dir: Path, checkpoint_path: Path) -> dict | None:
-    """Train every seed of `spec` in this process (`RunSpec.seed_specs`): the process group,
-    the imports and the data are set up once, each seed gets a trainer of its own. Each seed
-    resumes from its own checkpoint (`RunSpec.seed_checkpoint`) when it holds that seed's last
-    finished epoch, and a seed that finished in an earlier attempt of the job is kept as it
-    was. Rank 0 saves each seed's final weights in `run_dir` and returns the job's result
-    (other ranks None)."""
-    times = {"start": time.perf_counter()}
-    strategy = strategy_for(spec)
-    process = strategy.join()
-    times["joined"] = time.perf_counter()
-    torch.set_num_threads(max(1, int(os.environ.get("DMLS_THREADS_PER_PROCESS", "1"))))
-    gpus = strategy.gpu_indices()
-    meter, no_energy = energy.EnergyMeter.open(gpus)
-    meter, no_energy = energy.agree(meter, process.gather(no_energy))
-    if meter is not None and process.is_main:
-        meter.measure_update_period()  # meanwhile: the results ask for it after the first seed
-    _settle_collector()
-    job_peaks = dict.fromkeys(gpus, (0, 0))  # each GPU's peak over the seeds
-    seeds = []
-    for k, seed_spec in enumerate(spec.seed_specs()):
-        if process.is_main and spec.seeds > 1:
-            print(f"seed {seed_spec.seed} ({k + 1} of {spec.seeds})", flush=True)
-        path = spec.seed_checkpoint(checkpoint_path, seed_spec.seed)
-        model_path = run_dir / ("model.pt" if spec.seeds == 1 else f"model-seed{seed_spec.seed}.pt")
-        kept = _finished_seed(seed_spec, data_dir, path)
-        if kept is not None:
-            if process.is_main:
-                print(f"seed {seed_spec.seed} finished in an earlier attempt: kept", flush=True)
-                _save_model(model_path, seed_spec, kept)
-            seeds.append(kept["result"] | {"kept": True})
-        else:
-            fit_start, result, peaks = _train_seed(
-                seed_spec, strategy, process, data_dir, path, model_path, meter, gpus
-            )
-            job_peaks = {i: tuple(map(max, job_peaks[i], peaks[i])) for i in gpus}
-            if result is not None:
-                seeds.append(result)
-        if k == 0:  # the job's setup ends where its first seed's training starts
-            times["fit_start"] = fit_start if kept is None else time.perf_counter()
-    times["fit_end"] = time.perf_counter()
-    ranks = process.gather(rank_facts(process, gpus, job_peaks))
-    result = None
-    if process.is_main:
-        result = job_result(
-            seeds, times=times, world_size=process.world_size, ranks=ranks, no_energy=no_energy,
-            energy_period_s=getattr(meter, "update_period_s", None),
-        )  # fmt: skip
-    strategy.close()
-    if result is not None:
-        end = time.perf_counter()
-        teardown = {"teardown_s": end - times["fit_end"], "wall_time_s": end - times["start"]}
-        result["timing"] |= teardown
-    return result
-
-
-def _train_seed(
-    spec: RunSpec,
-    strategy: SingleDevice,
-    process: Process,
-    data_dir: Path,
-    path: Path,
-    model_path: Path,
-    meter: energy.EnergyMeter | None,
-    gpus: list[int],
-) -> tuple[float, dict | None, dict[int, tuple[int, int]]]:
-    """Train one seed of the job: when its training started, its result (rank 0; else None)
-    and this rank's peak memory per GPU. Everything the seed built dies with this call's frame:
-    `_free_earlier_seeds` collects what reference cycles still hold before the next seed."""
-    _free_earlier_seeds(gpus)
-    reset_gpu_peaks(gpus)
-    built = time.perf_counter()
-    trainer = Trainer(spec, strategy, process, data_dir, meter=meter)
-    fit_start = time.perf_counter()
-    outcome = trainer.fit(path)
-    fit_s = time.perf_counter() - fit_start
-    peaks = gpu_peaks(gpus)
-    all_peaks = process.gather(peaks)
-    effective = process.gather(trainer.probe.effective)
-    weights = trainer.model_state()  # every rank: a sharded strategy gathers them
-    result = None
-    if process.is_main:
-        result = seed_result(
-            spec.seed, outcome, loaders=trainer.data, setup_s=fit_start - built, fit_s=fit_s,
-            effective_precisions=effective, fp8_linear_layers=trainer.fp8_linear_layers,
-            step=trainer.step_record(), peaks=all_peaks,
-            parameters=sum(p.numel() for p in trainer.model.parameters()),
-            energy_period_s=getattr(meter, "update_period_s", None),
-        )  # fmt: skip
-        state = {"epoch": len(outcome["history"]), "model": weights}
-        _save_model(model_path, spec, state)
-        # The seed's end, kept until the job's result is written: a job killed during a later
-        # seed does not train this one again.
-        trainer.save_finished(path, state | {"result": result})
-    trainer.release()
-    strategy.end_seed()
-    return fit_start, result, peaks
-
-
-def _settle_collector() -> None:
-    """Where the process started with the garbage collector off (train.py: its imports and
-    setup build about half a million long-lived objects), move what it holds now out of the
-    collector's reach and turn the collector on, so that a full collection during training walks
-    only what training allocates (and `_free_earlier_seeds`'s collection before each seed is
-    quick). torch._dynamo is imported first: torch.optim's first optimizer and DDP's constructor
-    import it, and it is most of those objects. Before any seed's trainer exists, so that every
-    seed's objects are still collected. A caller that kept the collector on (tests, benches calling
-    `train`) is left as it is."""
-    if gc.isenabled():
-        return
-    import torch._dynamo  # noqa: F401
-
-    gc.freeze()
-    gc.enable()
-
-
-def _free_earlier_seeds(gpus: list[int]) -> None:
-    """Give back what earlier seeds of the job still hold on its GPUs, before this seed's peaks
-    are reset, so that every seed's peak is measured from the same state:
-    - what sits in reference cycles until the garbage collector's next pass: frames of
-      torch.optim's Optimizer constructor hold the trainer (seen on a CPU, torch 2.14.1), and
-      with it the model, its gradients, the optimizer state and the CUDA graph's pool;
-    - the cuBLAS workspaces PyTorch keeps for every (handle, stream) pair: each seed captures
-      its graph on a new stream, so each left one behind. The graph-step runs of the example
-      report (4× H100) peaked at 250, 271 and 336 MiB over seeds 0, 1 and 2; their eager runs,
-      on one stream, were flat. PyTorch's own leak checks and CUDA graph trees clear these
-      workspaces the same way."""
-    gc.collect()
-    for i in gpus:
-        with torch.cuda.device(i):
-            torch._C._cuda_clearCublasWorkspaces()
-            torch.cuda.empty_cache()
-
-
-def _finished_seed(spec: RunSpec, data_dir: Path, path: Path) -> dict[str, Any] | None:
-    """The state a finished seed left in its checkpoint (`Trainer.save_finished`), or None
-    when the seed has yet to train or finish (its trainer then resumes or starts it)."""
-    if not path.exists():
-        return None
-    manifest = load_manifest(data_dir, spec.dataset)
-    state, _ = checkpoint.load(path, checkpoint.identity(spec, manifest), set_aside=False)
-    return state if state is not None and "result" in state else None
-
-
-def _save_model(path: Path, spec: RunSpec, state: dict[str, Any]) -> None:
-    torch.save({"model": state["model"], "spec": spec.to_dict(), "epochs": state["epoch"]}, path)

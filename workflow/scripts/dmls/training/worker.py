@@ -1,12 +1,13 @@
 """One training process, as a launcher starts it (workflow/scripts/train.py calls `main`).
 
 python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
-                --checkpoint results/checkpoints/<study>/<run>.pt
+                --checkpoint results/checkpoints/<study>/<run>.pt [--gc {freeze,default}]
 
 Rank 0 writes the run's result (every seed's) to `<run-dir>/worker.json`; a rank that fails writes
 `<run-dir>/error-rank<N>.json` (the supervisor names the first as the run's reason).
-Importing this module is cheap: torch and the trainer are imported by `main`, after the
-process is tied to its launcher.
+`--gc` is the garbage collector's policy (training/collector.py; train.py applies its first
+part before its imports). Importing this module is cheap: torch and the trainer are imported by
+`main`, after the process is tied to its launcher.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from dmls.config.spec import RunSpec
 from dmls.files import write_json
 from dmls.supervisor.launch import die_with_parent
+from dmls.training.collector import GarbageCollection
 
 
 def main(imports_start: float, argv: list[str] | None = None) -> None:
@@ -35,19 +37,21 @@ def main(imports_start: float, argv: list[str] | None = None) -> None:
     # A rank stopped from outside (the launcher passes SIGTERM on) first writes where each of
     # its threads was, so the log of a run that hung says where.
     faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
-    from dmls.training import trainer
+    from dmls.training import job
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="resolved run spec (JSON)")
     parser.add_argument("--data-dir", required=True, type=Path)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--checkpoint", required=True, type=Path, help="resume file")
+    GarbageCollection.add_argument(parser)
     args = parser.parse_args(argv)
     rank = os.environ.get("RANK", "0")
     try:
         spec = RunSpec.from_json(args.spec)
         imports = time.perf_counter() - imports_start
-        result = trainer.train(spec, args.data_dir, args.run_dir, args.checkpoint)
+        collector = GarbageCollection(args.gc)
+        result = job.train(spec, args.data_dir, args.run_dir, args.checkpoint, collector)
         if result is not None:
             result["timing"]["import_s"] = imports
             write_json(args.run_dir / "worker.json", result)
