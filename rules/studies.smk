@@ -6,7 +6,8 @@
 rule profile_b_model:
     """B4. torch.profiler over test batches of the B model: time and memory per module."""
     input:
-        manifest=f"{RESULTS}/data/tabular.json",
+        manifest=prepared_manifest("tabular"),
+        arrays=prepared_arrays("tabular"),
     output:
         summary=f"{STUDIES_DIR}/profiler/summary.json",
         modules=f"{STUDIES_DIR}/profiler/modules.csv",
@@ -46,7 +47,8 @@ rule build_fused_conv_relu:
 rule fused_conv_benchmark:
     """C. CNNs with cuDNN, the FusedConvReLU kernel, cuDNN disabled, and on the CPU."""
     input:
-        manifest=f"{RESULTS}/data/{config['special_studies']['fused_conv']['dataset']}.json",
+        manifest=prepared_manifest(config["special_studies"]["fused_conv"]["dataset"]),
+        arrays=prepared_arrays(config["special_studies"]["fused_conv"]["dataset"]),
         extension=rules.build_fused_conv_relu.output.record,
     output:
         summary=f"{STUDIES_DIR}/fused_conv/summary.json",
@@ -165,7 +167,8 @@ rule collectives:
 rule sharding:
     """D4. DDP, ZeRO-1, ZeRO-2 and ZeRO-3 through the engine: memory per rank, step time."""
     input:
-        manifest=f"{RESULTS}/data/{config['special_studies']['sharding']['dataset']}.json",
+        manifest=prepared_manifest(config["special_studies"]["sharding"]["dataset"]),
+        arrays=prepared_arrays(config["special_studies"]["sharding"]["dataset"]),
         # After the sweep, whose table predicts the communication (and which would otherwise
         # time its collectives beside this study's training).
         collectives=(

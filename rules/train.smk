@@ -2,6 +2,7 @@ rule train:
     """One run of one study: launcher, device, precision... all come from its run spec."""
     input:
         manifest=dataset_manifest,
+        arrays=dataset_arrays,
     output:
         metrics=f"{RESULTS}/runs/{{study}}/{{run}}/metrics.json",
     log:

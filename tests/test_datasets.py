@@ -1,5 +1,5 @@
-"""Tests for dmls.data.datasets: readers, prepare/load round trips, error messages, synthetic
-sets."""
+"""Tests for dmls.data.datasets and dmls.data.sources: readers, prepare/load round trips,
+error messages, synthetic sets."""
 
 from __future__ import annotations
 
@@ -8,16 +8,20 @@ import io
 import json
 import os
 import pickle
+import re
 import struct
 import tarfile
 import urllib.error
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from dmls.data import datasets
-from dmls.data.datasets import DataError, DataUnavailable
+from datafiles import write_cifar10_archive
+from dmls.data import datasets, sources
+from dmls.data.datasets import DataUnavailable
+from dmls.data.sources import DataError
 
 DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -54,7 +58,7 @@ def _write_fashion_dir(d: Path, n_train: int = 7, n_test: int = 3) -> tuple[np.n
         rng.integers(0, 10, n_test).astype(np.uint8),
     )
     d.mkdir(parents=True, exist_ok=True)
-    for stem, arr in zip(datasets.FASHION_MNIST_FILES, arrays, strict=True):
+    for stem, arr in zip(sources.FASHION_MNIST_FILES, arrays, strict=True):
         _write_idx(d / f"{stem}.gz", arr)
     return arrays
 
@@ -124,10 +128,10 @@ def no_download(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cifar10_archive_round_trip(tmp_path: Path) -> None:
     arrays = _tiny_cifar()
     archive = tmp_path / "cifar-10-python.tar.gz"
-    md5 = datasets.write_cifar10_archive(archive, *arrays)
-    assert md5 == datasets._file_digest(archive, "md5")
+    md5 = write_cifar10_archive(archive, *arrays)
+    assert md5 == sources.file_digest(archive, "md5")
     # Deterministic writer: same arrays, same bytes.
-    assert datasets.write_cifar10_archive(tmp_path / "again.tar.gz", *arrays) == md5
+    assert write_cifar10_archive(tmp_path / "again.tar.gz", *arrays) == md5
 
     out = tmp_path / "prepared"
     manifest = datasets.prepare("cifar10", {"archive": str(archive), "md5": md5}, out)
@@ -136,7 +140,7 @@ def test_cifar10_archive_round_trip(tmp_path: Path) -> None:
     assert manifest["n_train"] == 20 and manifest["n_test"] == 6
     assert manifest["input_shape"] == [3, 32, 32] and manifest["num_classes"] == 10
     assert str(archive) in manifest["source"] and "md5 ok" in manifest["source"]
-    assert manifest["sha256"] == datasets._file_digest(out / "cifar10.npz", "sha256")
+    assert manifest["sha256"] == sources.file_digest(out / "cifar10.npz", "sha256")
     assert json.loads((out / "cifar10.json").read_text()) == manifest
 
     ds = datasets.load(out, "cifar10")
@@ -154,26 +158,26 @@ def test_cifar10_archive_round_trip(tmp_path: Path) -> None:
 
 def test_cifar10_archive_without_md5_check(tmp_path: Path) -> None:
     archive = tmp_path / "c.tar.gz"
-    datasets.write_cifar10_archive(archive, *_tiny_cifar())
-    x_train, *_ = datasets.read_cifar10_archive(archive, None)
+    write_cifar10_archive(archive, *_tiny_cifar())
+    x_train, *_ = sources.read_cifar10_archive(archive, None)
     assert x_train.shape == (20, 3, 32, 32)
 
 
 def test_cifar10_corrupt_archive_names_file_and_md5s(tmp_path: Path) -> None:
     archive = tmp_path / "cifar-10-python.tar.gz"
-    md5 = datasets.write_cifar10_archive(archive, *_tiny_cifar())
+    md5 = write_cifar10_archive(archive, *_tiny_cifar())
     blob = bytearray(archive.read_bytes())
     for i in range(100, 110):
         blob[i] ^= 0xFF
     archive.write_bytes(bytes(blob))
-    actual = datasets._file_digest(archive, "md5")
+    actual = sources.file_digest(archive, "md5")
     with pytest.raises(DataError) as e:
         datasets.prepare("cifar10", {"archive": str(archive), "md5": md5}, tmp_path / "out")
     msg = str(e.value)
     assert str(archive) in msg and md5 in msg and actual in msg
     # No checksum given: the corruption is still caught by the reader, naming the file.
     with pytest.raises(DataError, match=r"cifar-10-python\.tar\.gz"):
-        datasets.read_cifar10_archive(archive, None)
+        sources.read_cifar10_archive(archive, None)
 
 
 def test_cifar10_missing_archive_names_config_key(tmp_path: Path) -> None:
@@ -187,17 +191,17 @@ def test_cifar10_missing_archive_names_config_key(tmp_path: Path) -> None:
 def test_cifar10_bad_member_shape(tmp_path: Path) -> None:
     x_train, y_train, x_test, y_test = _tiny_cifar()
     archive = tmp_path / "c.tar.gz"
-    datasets.write_cifar10_archive(archive, x_train, y_train, x_test, y_test)
+    write_cifar10_archive(archive, x_train, y_train, x_test, y_test)
     bad = pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}, protocol=2)
     _replace_members(archive, {"test_batch": bad})
     with pytest.raises(DataError, match=r"test_batch.*\(2, 100\)"):
-        datasets.read_cifar10_archive(archive, None)
+        sources.read_cifar10_archive(archive, None)
 
 
 def test_cifar10_python2_pickles(tmp_path: Path) -> None:
     x_train, y_train, x_test, y_test = _tiny_cifar()
     archive = tmp_path / "c.tar.gz"
-    datasets.write_cifar10_archive(archive, x_train, y_train, x_test, y_test)
+    write_cifar10_archive(archive, x_train, y_train, x_test, y_test)
     flat_train = x_train.reshape(20, 3072)
     new = {
         f"data_batch_{k + 1}": _py2_batch(flat_train[4 * k : 4 * k + 4], y_train[4 * k : 4 * k + 4])
@@ -208,18 +212,18 @@ def test_cifar10_python2_pickles(tmp_path: Path) -> None:
         {b"data": x_test.reshape(6, 3072), b"labels": y_test.tolist()}, protocol=2
     )
     _replace_members(archive, new)
-    got = datasets.read_cifar10_archive(archive, None)
+    got = sources.read_cifar10_archive(archive, None)
     for g, w in zip(got, (x_train, y_train, x_test, y_test), strict=True):
         np.testing.assert_array_equal(g, w)
 
 
 def test_cifar10_refuses_code_in_pickles(tmp_path: Path) -> None:
     archive = tmp_path / "c.tar.gz"
-    datasets.write_cifar10_archive(archive, *_tiny_cifar())
+    write_cifar10_archive(archive, *_tiny_cifar())
     evil = b"\x80\x02cos\nsystem\nU\x04trueq\x00\x85R."  # os.system("true")
     _replace_members(archive, {"data_batch_3": evil})
     with pytest.raises(DataError, match=r"data_batch_3 is not a valid pickle.*os\.system"):
-        datasets.read_cifar10_archive(archive, None)
+        sources.read_cifar10_archive(archive, None)
 
 
 def test_cifar10_download_offline(tmp_path: Path, no_download: None) -> None:
@@ -233,7 +237,7 @@ def test_cifar10_download_offline(tmp_path: Path, no_download: None) -> None:
     assert "data.cifar10.archive" in reason and datasets.CIFAR10_MD5 in reason
     assert datasets.CIFAR10_URL in reason and "URLError" in reason
     assert json.loads((out / "cifar10.json").read_text()) == manifest
-    assert not (out / "cifar10.npz").exists()  # stale npz removed
+    assert (out / "cifar10.npz").read_bytes() == b""  # stale npz replaced by the placeholder
     with pytest.raises(DataUnavailable, match=r"data\.cifar10\.archive"):
         datasets.load(out, "cifar10")
     with pytest.raises(DataUnavailable, match=datasets.CIFAR10_MD5):
@@ -248,7 +252,7 @@ def test_cifar10_download_disabled(tmp_path: Path) -> None:
 def test_cifar10_download_uses_same_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     arrays = _tiny_cifar(3)
     src = tmp_path / "src.tar.gz"
-    md5 = datasets.write_cifar10_archive(src, *arrays)
+    md5 = write_cifar10_archive(src, *arrays)
     calls = []
 
     def fake_download(url: str, root: str, filename: str, md5: str | None) -> None:
@@ -273,10 +277,10 @@ def test_read_idx(tmp_path: Path, compress: bool) -> None:
     labels = np.array([3, 9, 0], dtype=np.uint8)
     _write_idx(tmp_path / "img", images, compress)
     _write_idx(tmp_path / "lbl", labels, compress)
-    got = datasets.read_idx(tmp_path / "img")
+    got = sources.read_idx(tmp_path / "img")
     assert got.shape == (2, 28, 28) and got.dtype == np.uint8
     np.testing.assert_array_equal(got, images)
-    np.testing.assert_array_equal(datasets.read_idx(tmp_path / "lbl"), labels)
+    np.testing.assert_array_equal(sources.read_idx(tmp_path / "lbl"), labels)
 
 
 def test_read_idx_truncated_and_bad_magic(tmp_path: Path) -> None:
@@ -284,16 +288,16 @@ def test_read_idx_truncated_and_bad_magic(tmp_path: Path) -> None:
     _write_idx(p, np.zeros((2, 28, 28), np.uint8))
     p.write_bytes(gzip.compress(gzip.decompress(p.read_bytes())[:-5]))
     with pytest.raises(DataError, match=r"img\.gz.*1568 data bytes, found 1563"):
-        datasets.read_idx(p)
+        sources.read_idx(p)
     q = tmp_path / "junk"
     q.write_bytes(b"\x12\x34\x08\x01" + b"\x00" * 8)
     with pytest.raises(DataError, match="junk: bad magic"):
-        datasets.read_idx(q)
+        sources.read_idx(q)
 
 
 def test_read_fashion_mnist_dir(tmp_path: Path) -> None:
     xtr, ytr, _, yte = _write_fashion_dir(tmp_path / "fm")
-    got = datasets.read_fashion_mnist_dir(tmp_path / "fm")
+    got = sources.read_fashion_mnist_dir(tmp_path / "fm")
     assert got[0].shape == (7, 1, 28, 28) and got[2].shape == (3, 1, 28, 28)
     np.testing.assert_array_equal(got[0][:, 0], xtr)
     np.testing.assert_array_equal(got[1], ytr)
@@ -326,7 +330,7 @@ def test_fashion_mnist_labels_out_of_range(tmp_path: Path) -> None:
     _write_fashion_dir(tmp_path / "fm")
     _write_idx(tmp_path / "fm" / "t10k-labels-idx1-ubyte.gz", np.array([1, 2, 12], np.uint8))
     with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte\.gz.*\[0, 10\)"):
-        datasets.read_fashion_mnist_dir(tmp_path / "fm")
+        sources.read_fashion_mnist_dir(tmp_path / "fm")
 
 
 def test_debian_fashion_mnist_real_files() -> None:
@@ -334,7 +338,7 @@ def test_debian_fashion_mnist_real_files() -> None:
         if os.environ.get("CI"):
             pytest.fail(f"{DEBIAN_FASHION} missing: CI must apt-get install dataset-fashion-mnist")
         pytest.skip(f"{DEBIAN_FASHION} absent (apt-get install dataset-fashion-mnist)")
-    x_train, y_train, x_test, y_test = datasets.read_fashion_mnist_dir(DEBIAN_FASHION)
+    x_train, y_train, x_test, y_test = sources.read_fashion_mnist_dir(DEBIAN_FASHION)
     assert x_train.shape == (60000, 1, 28, 28) and x_test.shape == (10000, 1, 28, 28)
     assert x_train.dtype == np.uint8
     assert set(np.unique(y_train)) == set(range(10)) == set(np.unique(y_test))
@@ -369,14 +373,14 @@ def test_tabular_wrong_shape_or_dtype_names_the_file_and_shapes(tmp_path: Path) 
     for override, message in cases:
         _write_tabular(tmp_path, **override)
         with pytest.raises(DataError) as e:
-            datasets.read_tabular_dir(tmp_path)
+            sources.read_tabular_dir(tmp_path)
         assert str(e.value) == f"{tmp_path}/{message}"
 
 
 def test_tabular_float_labels(tmp_path: Path) -> None:
     _write_tabular(tmp_path, test_y=np.zeros(10, np.float64))
     with pytest.raises(DataError, match=r"test_y\.npy: dtype float64, expected an integer"):
-        datasets.read_tabular_dir(tmp_path)
+        sources.read_tabular_dir(tmp_path)
 
 
 def test_tabular_labels_out_of_range(tmp_path: Path) -> None:
@@ -384,16 +388,16 @@ def test_tabular_labels_out_of_range(tmp_path: Path) -> None:
     with pytest.raises(
         DataError, match=r"train_y\.npy: labels range \[0, 29\], expected \[0, 20\)"
     ):
-        datasets.read_tabular_dir(tmp_path)
+        sources.read_tabular_dir(tmp_path)
 
 
 def test_tabular_length_mismatch_and_int_x(tmp_path: Path) -> None:
     _write_tabular(tmp_path, train_y=np.zeros(29, np.int64))
     with pytest.raises(DataError, match=r"train_y\.npy: shape \(29,\), expected \(30,\)"):
-        datasets.read_tabular_dir(tmp_path)
+        sources.read_tabular_dir(tmp_path)
     _write_tabular(tmp_path, train_x=np.zeros((30, 512), np.int64))
     with pytest.raises(DataError, match=r"train_x\.npy: dtype int64"):
-        datasets.read_tabular_dir(tmp_path)
+        sources.read_tabular_dir(tmp_path)
 
 
 def test_tabular_missing_file(tmp_path: Path) -> None:
@@ -454,40 +458,51 @@ def test_unknown_dataset(tmp_path: Path) -> None:
         datasets.prepare("mnist", {}, tmp_path)
 
 
-def test_a_missing_or_corrupt_prepared_dataset_names_the_file_and_checksums(
-    tmp_path: Path,
-) -> None:
-    from conftest import make_spec
-    from dmls.supervisor import supervise
-
-    manifest = datasets.prepare("tabular", {"synthetic": {"n_train": 40, "n_test": 20}}, tmp_path)
-    datasets.verify(tmp_path, "tabular")  # intact
-    npz, json_path = tmp_path / "tabular.npz", tmp_path / "tabular.json"
-    blob = bytearray(npz.read_bytes())
-    blob[-100] ^= 0xFF
-    npz.write_bytes(bytes(blob))
-    actual = datasets._file_digest(npz, "sha256")
-    redo = f"re-create it: snakemake --forcerun {json_path}"
-    with pytest.raises(DataError) as e:
-        datasets.verify(tmp_path, "tabular")
-    assert str(e.value) == (
-        f"{npz} is corrupt or was changed after it was prepared: sha256 {actual}, expected "
-        f"{manifest['sha256']} (recorded in {json_path}); {redo}"
-    )
-    # The supervisor checks before it starts anything.
-    spec = make_spec(dataset="tabular", model={"name": "mlp"}, device="cpu", backend="gloo")
-    with pytest.raises(DataError, match="is corrupt"), open(tmp_path / "log", "w") as log:
-        supervise.run(
-            spec, run_dir=tmp_path / "run", data_dir=tmp_path,
-            checkpoint_path=tmp_path / "c.pt", log=log, threads=1,
-        )  # fmt: skip
-    assert "$ " not in (tmp_path / "log").read_text()
+def test_a_missing_or_unreadable_prepared_dataset_names_the_file(tmp_path: Path) -> None:
+    """Snakemake prepares missing or replaced arrays again; read outside it, `load` names the
+    file that can't be read."""
+    datasets.prepare("tabular", {"synthetic": {"n_train": 40, "n_test": 20}}, tmp_path)
+    npz = tmp_path / "tabular.npz"
+    npz.write_bytes(b"not an npz")
+    with pytest.raises(
+        DataError, match=rf"{re.escape(str(npz))} can't be read .*re-run the data rule"
+    ):
+        datasets.load(tmp_path, "tabular")
     npz.unlink()
-    with pytest.raises(DataError) as e:
-        datasets.verify(tmp_path, "tabular")
-    assert str(e.value) == (
-        f"{npz} is missing, but {json_path} records it (sha256 {manifest['sha256']}); {redo}"
+    with pytest.raises(
+        DataError, match=rf"{re.escape(str(npz))} can't be read .*re-run the data rule"
+    ):
+        datasets.load(tmp_path, "tabular")
+
+
+def test_the_rule_writes_its_declared_outputs_only(tmp_path: Path) -> None:
+    """`prepare_data`'s declared outputs are the files `prepare` writes: both exist after it,
+    the arrays empty where the data is unavailable, and other paths are refused."""
+
+    def rule(dataset: str, manifest: Path, arrays: Path, cfg: dict) -> SimpleNamespace:
+        return SimpleNamespace(
+            wildcards=SimpleNamespace(dataset=dataset),
+            output=SimpleNamespace(manifest=str(manifest), arrays=str(arrays)),
+            config={"data": {dataset: cfg}, "strict": False},
+        )
+
+    out = tmp_path / "data"
+    cfg = {"n_train": 20, "n_test": 10}
+    datasets.main_from_snakemake(
+        rule("synthetic_cifar", out / "synthetic_cifar.json", out / "synthetic_cifar.npz", cfg),
+        None,
     )
+    manifest = json.loads((out / "synthetic_cifar.json").read_text())
+    assert manifest["sha256"] == sources.file_digest(out / "synthetic_cifar.npz", "sha256")
+    datasets.main_from_snakemake(
+        rule("cifar10", out / "cifar10.json", out / "cifar10.npz", {"download": False}), None
+    )
+    assert (out / "cifar10.npz").read_bytes() == b""
+    assert json.loads((out / "cifar10.json").read_text())["status"] == "unavailable"
+    with pytest.raises(ValueError, match=r"<out_dir>/tabular\.json and <out_dir>/tabular\.npz"):
+        datasets.main_from_snakemake(
+            rule("tabular", out / "tabular.json", out / "tabular-arrays.npz", {}), None
+        )
 
 
 def test_load_missing_manifest(tmp_path: Path) -> None:

@@ -1,27 +1,34 @@
 """Dataset preparation: read each dataset once into a canonical cached form.
 
 `prepare` writes `<out_dir>/<name>.npz` (x_train, y_train, x_test, y_test) and
-`<out_dir>/<name>.json` (the manifest); `load` reads them back for training.
-Images are uint8 NCHW, tabular features float32 (N, F), labels int64.
+`<out_dir>/<name>.json` (the manifest), the `prepare_data` rule's declared outputs, which the
+runs that read them declare as inputs: Snakemake's own tracking decides what is prepared and
+trained again. `load` reads them back for training. The source formats' readers are in
+dmls.data.sources.
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import json
 import logging
-import pickle
-import posixpath
-import tarfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from dmls.data.sources import (
+    FASHION_MNIST_FILES,
+    TABULAR_CLASSES,
+    TABULAR_FEATURES,
+    TABULAR_FILES,
+    Arrays,
+    DataError,
+    file_digest,
+    read_cifar10_archive,
+    read_fashion_mnist_dir,
+    read_tabular_dir,
+)
 from dmls.files import atomic_write, write_json
 
 log = logging.getLogger(__name__)
@@ -31,30 +38,7 @@ DATASETS: tuple[str, ...] = ("cifar10", "fashion_mnist", "tabular", "synthetic_c
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_FILENAME = "cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
-CIFAR10_DIR = "cifar-10-batches-py"
-CIFAR10_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
-CIFAR10_CLASSES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
 FASHION_MNIST_DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
-FASHION_MNIST_FILES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
-TABULAR_FILES = ("train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy")
-TABULAR_FEATURES = 512
-TABULAR_CLASSES = 20
 
 # Shape facts per dataset, also written into "unavailable" manifests so the engine
 # can report what it would have trained on.
@@ -64,12 +48,6 @@ _SPECS: dict[str, tuple[list[int], int]] = {
     "tabular": ([TABULAR_FEATURES], TABULAR_CLASSES),
     "synthetic_cifar": ([3, 32, 32], 10),
 }
-
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-class DataError(Exception):
-    """Bad or corrupt input: message names the file and what is wrong."""
 
 
 class DataUnavailable(Exception):
@@ -86,14 +64,6 @@ class Dataset:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _file_digest(path: Path, algo: str) -> str:
-    h = hashlib.new(algo, usedforsecurity=False) if algo == "md5" else hashlib.new(algo)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def channel_mean_std(x: np.ndarray) -> tuple[list[float], list[float]]:
@@ -115,157 +85,7 @@ def channel_mean_std(x: np.ndarray) -> tuple[list[float], list[float]]:
     return [float(v) for v in mean], [float(v) for v in std]
 
 
-def _labels(y: Any, n: int, num_classes: int, where: str) -> np.ndarray:
-    y = np.asarray(y)
-    if y.ndim != 1 or y.shape[0] != n:
-        raise DataError(f"{where}: labels have shape {y.shape}, expected ({n},)")
-    if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= num_classes):
-        raise DataError(
-            f"{where}: labels must be integers in [0, {num_classes}); "
-            f"found dtype {y.dtype}, range [{y.min()}, {y.max()}]"
-        )
-    return y.astype(np.int64)
-
-
 # --------------------------------------------------------------------------- CIFAR-10
-
-
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """CIFAR batches are pickles; only allow the numpy classes they need, not arbitrary code."""
-
-    _ALLOWED: ClassVar[frozenset[tuple[str, str]]] = frozenset(
-        {
-            ("numpy.core.multiarray", "_reconstruct"),
-            ("numpy._core.multiarray", "_reconstruct"),
-            ("numpy.core.multiarray", "scalar"),
-            ("numpy._core.multiarray", "scalar"),
-            ("numpy._core.numeric", "_frombuffer"),
-            ("numpy.core.numeric", "_frombuffer"),
-            ("numpy", "ndarray"),
-            ("numpy", "dtype"),
-            ("copy_reg", "_reconstructor"),
-            ("copyreg", "_reconstructor"),
-            ("__builtin__", "object"),
-            ("builtins", "object"),
-            # Python 3 protocol-2 pickles store bytes as _codecs.encode(str, "latin1").
-            ("_codecs", "encode"),
-        }
-    )
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in self._ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
-        return super().find_class(module, name)
-
-
-def _unpickle(raw: bytes) -> Any:
-    # encoding="bytes": the official batches were pickled by Python 2 (keys are b"data" etc.)
-    return _NumpyOnlyUnpickler(io.BytesIO(raw), encoding="bytes").load()
-
-
-def read_cifar10_archive(archive: Path, md5: str | None) -> Arrays:
-    """Read cifar-10-python.tar.gz in memory (no extraction); check md5 unless None."""
-    archive = Path(archive)
-    if not archive.is_file():
-        raise DataError(f"CIFAR-10 archive {archive} does not exist")
-    if md5:
-        actual = _file_digest(archive, "md5")
-        if actual != md5.lower():
-            raise DataError(
-                f"CIFAR-10 archive {archive} is corrupt or not the expected file: "
-                f"md5 {actual}, expected {md5}"
-            )
-    wanted = {*CIFAR10_TRAIN_BATCHES, "test_batch"}
-    batches: dict[str, Any] = {}
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            for member in tar:
-                norm = posixpath.normpath(member.name).lstrip("/")
-                top, _, base = norm.partition("/")
-                if top != CIFAR10_DIR or base not in wanted or not member.isfile():
-                    continue
-                f = tar.extractfile(member)
-                assert f is not None  # isfile() members always have data
-                try:
-                    batches[base] = _unpickle(f.read())
-                except Exception as e:
-                    raise DataError(
-                        f"{archive}: member {member.name} is not a valid pickle: {e}"
-                    ) from e
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise DataError(f"{archive} is not a readable tar.gz archive: {e}") from e
-    missing = sorted(wanted - batches.keys())
-    if missing:
-        raise DataError(
-            f"{archive} lacks member(s) {', '.join(f'{CIFAR10_DIR}/{m}' for m in missing)}"
-        )
-
-    def split(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        xs, ys = [], []
-        for nm in names:
-            b, where = batches[nm], f"{archive} member {CIFAR10_DIR}/{nm}"
-            if not isinstance(b, dict) or b"data" not in b or b"labels" not in b:
-                raise DataError(f"{where}: expected a dict with b'data' and b'labels'")
-            x = np.asarray(b[b"data"])
-            if x.ndim != 2 or x.shape[1] != 3072 or x.dtype != np.uint8:
-                raise DataError(
-                    f"{where}: b'data' has shape {x.shape} dtype {x.dtype}, "
-                    "expected (N, 3072) uint8"
-                )
-            xs.append(x.reshape(-1, 3, 32, 32))
-            ys.append(_labels(b[b"labels"], x.shape[0], 10, where))
-        return np.concatenate(xs), np.concatenate(ys)
-
-    x_train, y_train = split(CIFAR10_TRAIN_BATCHES)
-    x_test, y_test = split(("test_batch",))
-    return x_train, y_train, x_test, y_test
-
-
-def write_cifar10_archive(
-    path: Path, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray
-) -> str:
-    """Write a real-format cifar-10-python.tar.gz (train split over 5 batches); return its md5.
-
-    Deterministic (fixed mtimes), so the same arrays give the same md5.
-    """
-    path = Path(path)
-
-    def batch(x: np.ndarray, y: np.ndarray, label: str) -> bytes:
-        x = np.ascontiguousarray(x, dtype=np.uint8).reshape(len(x), -1)
-        if x.shape[1] != 3072:
-            raise ValueError(f"images must be (N, 3, 32, 32); got {x.shape[1]} values per image")
-        d = {
-            b"batch_label": label.encode(),
-            b"labels": [int(v) for v in y],
-            b"data": x,
-            b"filenames": [f"img_{i}.png".encode() for i in range(len(x))],
-        }
-        return pickle.dumps(d, protocol=4)  # 4: plain bytes opcodes, no out-of-band buffers
-
-    members: list[tuple[str, bytes]] = []
-    for i, idx in enumerate(np.array_split(np.arange(len(x_train)), 5), start=1):
-        members.append(
-            (f"data_batch_{i}", batch(x_train[idx], np.asarray(y_train)[idx], f"batch {i} of 5"))
-        )
-    members.append(("test_batch", batch(x_test, y_test, "testing batch 1 of 1")))
-    meta = {
-        b"num_cases_per_batch": int(-(-len(x_train) // 5)),
-        b"label_names": [c.encode() for c in CIFAR10_CLASSES],
-        b"num_vis": 3072,
-    }
-    members.append(("batches.meta", pickle.dumps(meta, protocol=4)))
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        open(path, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar,
-    ):
-        for name, blob in members:
-            info = tarfile.TarInfo(f"{CIFAR10_DIR}/{name}")
-            info.size, info.mtime, info.mode = len(blob), 0, 0o644
-            tar.addfile(info, io.BytesIO(blob))
-    return _file_digest(path, "md5")
 
 
 def _download_url(url: str, root: str, filename: str, md5: str | None) -> None:
@@ -308,62 +128,6 @@ def _prepare_cifar10(cfg: dict) -> tuple[Arrays, str]:
 
 
 # --------------------------------------------------------------------------- Fashion-MNIST
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (gzip or plain) of unsigned bytes: images (N,28,28) or labels (N,)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-        opener = gzip.open if head == b"\x1f\x8b" else open
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError, zlib.error) as e:
-        raise DataError(f"IDX file {path} can't be read: {e}") from e
-    if len(raw) < 4 or raw[0:2] != b"\x00\x00":
-        raise DataError(f"IDX file {path}: bad magic number {raw[:4].hex()}")
-    dtype_code, ndim = raw[2], raw[3]
-    if dtype_code != 0x08:
-        raise DataError(f"IDX file {path}: data type 0x{dtype_code:02x}, expected 0x08 (ubyte)")
-    if ndim not in (1, 3):
-        raise DataError(f"IDX file {path}: {ndim} dimensions, expected 1 (labels) or 3 (images)")
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise DataError(f"IDX file {path}: truncated header")
-    dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    expected = int(np.prod(dims))
-    if len(raw) - header != expected:
-        raise DataError(
-            f"IDX file {path}: dims {dims} need {expected} data bytes, found {len(raw) - header}"
-        )
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims).copy()
-
-
-def _find_idx(directory: Path, stem: str) -> Path | None:
-    for p in (directory / stem, directory / f"{stem}.gz"):
-        if p.is_file():
-            return p
-    return None
-
-
-def read_fashion_mnist_dir(directory: Path) -> Arrays:
-    """Read the four Fashion-MNIST IDX files (plain or .gz) from a folder; images (N,1,28,28)."""
-    directory = Path(directory)
-    paths = {stem: _find_idx(directory, stem) for stem in FASHION_MNIST_FILES}
-    missing = [s for s, p in paths.items() if p is None]
-    if missing:
-        raise DataError(f"{directory} lacks Fashion-MNIST file(s): {', '.join(missing)} (or .gz)")
-    out: list[np.ndarray] = []
-    for split in ("train", "t10k"):
-        img_path = paths[f"{split}-images-idx3-ubyte"]
-        lbl_path = paths[f"{split}-labels-idx1-ubyte"]
-        assert img_path is not None and lbl_path is not None
-        x, y = read_idx(img_path), read_idx(lbl_path)
-        if x.ndim != 3 or x.shape[1:] != (28, 28):
-            raise DataError(f"{img_path}: images have shape {x.shape}, expected (N, 28, 28)")
-        out += [x[:, None], _labels(y, x.shape[0], 10, str(lbl_path))]
-    return out[0], out[1], out[2], out[3]
 
 
 def _download_fashion_mnist(cache_dir: Path) -> Path:
@@ -411,44 +175,7 @@ def _prepare_fashion_mnist(cfg: dict) -> tuple[Arrays, str]:
     return read_fashion_mnist_dir(raw), f"Fashion-MNIST download via torchvision -> {raw}"
 
 
-# --------------------------------------------------------------------------- tabular
-
-
-def read_tabular_dir(
-    directory: Path, features: int = TABULAR_FEATURES, num_classes: int = TABULAR_CLASSES
-) -> Arrays:
-    """Read train_x/train_y/test_x/test_y .npy; x -> float32 (N, features), y -> int64."""
-    directory = Path(directory)
-    arrays: dict[str, np.ndarray] = {}
-    for fname in TABULAR_FILES:
-        p = directory / fname
-        if not p.is_file():
-            raise DataError(f"tabular file {p} does not exist (data.tabular.dir = {directory})")
-        try:
-            arrays[fname] = np.load(p, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise DataError(f"tabular file {p} is not a readable .npy array: {e}") from e
-    out: list[np.ndarray] = []
-    for split in ("train", "test"):
-        xp, yp = directory / f"{split}_x.npy", directory / f"{split}_y.npy"
-        x, y = arrays[xp.name], arrays[yp.name]
-        if x.ndim != 2 or x.shape[1] != features or x.shape[0] == 0:
-            raise DataError(f"{xp}: shape {x.shape}, expected (N, {features}) with N > 0")
-        if not np.issubdtype(x.dtype, np.floating):
-            raise DataError(f"{xp}: dtype {x.dtype}, expected a floating dtype (e.g. float32)")
-        x = x.astype(np.float32)
-        if not np.isfinite(x).all():
-            raise DataError(f"{xp}: contains NaN or infinite values")
-        if y.ndim != 1 or y.shape[0] != x.shape[0]:
-            raise DataError(f"{yp}: shape {y.shape}, expected ({x.shape[0]},) to match {xp.name}")
-        if not np.issubdtype(y.dtype, np.integer):
-            raise DataError(f"{yp}: dtype {y.dtype}, expected an integer dtype (class ids)")
-        if y.min() < 0 or y.max() >= num_classes:
-            raise DataError(
-                f"{yp}: labels range [{y.min()}, {y.max()}], expected [0, {num_classes})"
-            )
-        out += [x, y.astype(np.int64)]
-    return out[0], out[1], out[2], out[3]
+# --------------------------------------------------------------------------- synthetic
 
 
 def _balanced_labels(rng: np.random.Generator, n: int, num_classes: int) -> np.ndarray:
@@ -572,14 +299,24 @@ def source_files(name: str, cfg: dict) -> list[Path]:
     return [p for p in candidates if p.is_file()]
 
 
-def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
-    """Write <out_dir>/<name>.json (always) and <name>.npz (status ok); return the manifest.
+def prepared_files(out_dir: Path, name: str) -> tuple[Path, Path]:
+    """Dataset `name`'s manifest and arrays in `out_dir`, the same two files for every dataset:
+    what `prepare` writes (the `prepare_data` rule's outputs) and `load` reads."""
+    return Path(out_dir) / f"{name}.json", Path(out_dir) / f"{name}.npz"
 
+
+def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
+    """Write <out_dir>/<name>.npz and <name>.json; return the manifest.
+
+    Data that can't be obtained here leaves an empty <name>.npz, which its manifest marks
+    unavailable (with the reason, for the runs to be skipped with): the file is a declared
+    output, and a stale copy of real data must not outlive that manifest. `load` reads the
+    manifest first and never opens it. The manifest's SHA-256 of the arrays, computed here once,
+    is the data's identity in a run's checkpoint (dmls.training.checkpoint).
     DataError always propagates; DataUnavailable propagates only when strict.
     """
-    out_dir = Path(out_dir)
     cfg = dict(cfg or {})
-    npz_path, manifest_path = out_dir / f"{name}.npz", out_dir / f"{name}.json"
+    manifest_path, npz_path = prepared_files(out_dir, name)
     input_shape, num_classes = _SPECS.get(name, ([], 0))
     try:
         (x_train, y_train, x_test, y_test), source, synthetic = _obtain(name, cfg)
@@ -587,7 +324,7 @@ def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
         if strict:
             raise
         log.warning("%s unavailable: %s", name, e)
-        npz_path.unlink(missing_ok=True)  # a stale npz must not outlive an unavailable manifest
+        atomic_write(npz_path, lambda f: None)
         manifest = {
             "name": name,
             "status": "unavailable",
@@ -622,7 +359,7 @@ def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
         "n_test": len(x_test),
         "mean": mean,
         "std": std,
-        "sha256": _file_digest(npz_path, "sha256"),
+        "sha256": file_digest(npz_path, "sha256"),
     }
     write_json(manifest_path, manifest)
     log.info("%s: %d train / %d test from %s", name, len(x_train), len(x_test), source)
@@ -631,8 +368,7 @@ def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
 
 def load(out_dir: Path, name: str) -> Dataset:
     """Read a prepared dataset; raise DataUnavailable(reason) if it could not be prepared."""
-    out_dir = Path(out_dir)
-    manifest_path, npz_path = out_dir / f"{name}.json", out_dir / f"{name}.npz"
+    manifest_path, npz_path = prepared_files(out_dir, name)
     try:
         manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError as e:
@@ -651,31 +387,17 @@ def load(out_dir: Path, name: str) -> Dataset:
     return Dataset(manifest=manifest, **arrays)
 
 
-def verify(out_dir: Path, name: str) -> None:
-    """Check a prepared dataset's .npz against the SHA-256 its manifest records."""
-    manifest_path, npz_path = Path(out_dir) / f"{name}.json", Path(out_dir) / f"{name}.npz"
-    expected = json.loads(manifest_path.read_text())["sha256"]
-    redo = f"re-create it: snakemake --forcerun {manifest_path}"
-    if not npz_path.is_file():
-        raise DataError(
-            f"{npz_path} is missing, but {manifest_path} records it (sha256 {expected}); {redo}"
-        )
-    actual = _file_digest(npz_path, "sha256")
-    if actual != expected:
-        raise DataError(
-            f"{npz_path} is corrupt or was changed after it was prepared: sha256 {actual}, "
-            f"expected {expected} (recorded in {manifest_path}); {redo}"
-        )
-
-
 def main_from_snakemake(snakemake: Any, log_file: Any) -> None:
     """Entry of the `prepare_data` rule (workflow/scripts/prepare_data.py): prepare the dataset
     the wildcard names into the folder of `output.manifest`. It logs through `logging` into
     the rule's log, open as `log_file` (dmls.joblog)."""
     name = snakemake.wildcards.dataset
-    manifest_path = Path(snakemake.output.manifest)
-    if manifest_path.name != f"{name}.json":
-        raise ValueError(f"output.manifest must be <out_dir>/{name}.json, got {manifest_path}")
+    manifest_path, arrays_path = Path(snakemake.output.manifest), Path(snakemake.output.arrays)
+    if (manifest_path, arrays_path) != prepared_files(manifest_path.parent, name):
+        raise ValueError(
+            f"the outputs must be <out_dir>/{name}.json and <out_dir>/{name}.npz, "
+            f"got {manifest_path} and {arrays_path}"
+        )
     prepare(
         name,
         snakemake.config["data"].get(name, {}),
