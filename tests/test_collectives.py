@@ -1,10 +1,14 @@
 """A5 explained: the collectives' sweep on this host (Gloo on CPU tensors; GPU setups skipped)."""
 
 import csv
+import json
+import os
+import time
+from pathlib import Path
 
 import pytest
 
-from dmls.special import collectives, runner
+from dmls.special import collectives, ranks, runner
 
 CFG = {
     "title": "A5x", "processes": [2],
@@ -100,3 +104,52 @@ def test_ddp_all_reduces_a_gradient_in_a_1_mib_bucket_then_25_mib_ones():
     assert comm.ddp_buckets(int(2.37 * mib)) == [mib, int(2.37 * mib) - mib]
     assert comm.ddp_buckets(60 * mib) == [mib, 25 * mib, 25 * mib, 9 * mib]
     assert comm.ddp_buckets(1000) == [1000]
+
+
+def ranks_of_rank_program(tmp_path, monkeypatch, **program) -> tuple[dict, Path, Path]:
+    """The arguments of tests/rank_program.py, a rank that fails or sleeps, for `ranks.run`."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # where rank_program is
+    pids, folder = tmp_path / "pids", tmp_path / "ranks" / "g"
+    pids.mkdir()
+    return {"reports": str(folder), "pids": str(pids)} | program, folder, pids
+
+
+def ended(pids: Path) -> bool:
+    """Whether every rank that wrote its pid into `pids` has ended."""
+    for path in pids.iterdir():
+        try:
+            os.kill(int(path.read_text()), 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def test_when_a_rank_of_a_study_fails_its_peers_are_stopped_at_once_and_it_is_named(
+    tmp_path, monkeypatch
+):
+    """2 emulated nodes, a torchrun agent each (as `gloo-cpu-nodes` places them): rank 1
+    raises; rank 0 sleeps in no collective, so only being stopped ends it, long before the
+    timeout."""
+    args, folder, pids = ranks_of_rank_program(tmp_path, monkeypatch, fails=1, after_s=1.0)
+    start = time.monotonic()
+    with pytest.raises(ranks.RanksFailed) as failed:
+        ranks.run("rank_program", [json.dumps(args)], name="t", folder=folder, nodes=2,
+                  nproc_per_node=1, timeout_s=600)  # fmt: skip
+    assert time.monotonic() - start < 120
+    assert str(failed.value) == (
+        f"rank 1 raised RuntimeError: rank 1 gave up (their output is in {folder / 'ranks.log'})"
+    )
+    assert sorted(p.name for p in pids.iterdir()) == ["rank0", "rank1"] and ended(pids)
+    assert [p.name for p in folder.glob("error-rank*.json")] == ["error-rank1.json"]
+
+
+def test_a_study_whose_ranks_hang_is_stopped_at_the_timeout_and_says_so(tmp_path, monkeypatch):
+    args, folder, pids = ranks_of_rank_program(tmp_path, monkeypatch, fails=None, after_s=0)
+    start = time.monotonic()
+    with pytest.raises(ranks.RanksFailed, match=r"^still running after 8 s, so every rank was "):
+        ranks.run("rank_program", [json.dumps(args)], name="t", folder=folder,
+                  nproc_per_node=2, timeout_s=8)  # fmt: skip
+    assert time.monotonic() - start < 60
+    assert ended(pids)
+    assert "TIMED OUT" in (folder / "ranks.log").read_text()

@@ -1,11 +1,13 @@
 """Each launcher builds the command a student would type, as an argument list."""
 
+import os
 import shlex
 import shutil
+import signal
 import sys
 
 from conftest import make_spec
-from dmls.supervisor.launch import NODE_AGENT, WORKER, agent_command, build_commands
+from dmls.supervisor.launch import NODE_AGENT, WORKER, Command, agent_command, build_commands
 
 ARGS = ["--spec", "{}", "--data-dir", "d", "--run-dir", "r"]
 
@@ -176,3 +178,62 @@ def test_a_worker_stopped_from_outside_writes_where_it_was(tmp_path, tabular_dir
     _, stderr = worker.communicate(timeout=60)
     assert worker.returncode == -signal.SIGTERM
     assert "most recent call first" in stderr and "in fit" in stderr
+
+
+def test_a_special_studys_agents_are_a_training_runs_with_its_module_for_train_py():
+    from dmls.supervisor.launch import group_commands
+
+    spec = make_spec(launcher="torchrun", nodes=2, nproc_per_node=2, device="cpu")
+    training = build_commands(spec, ARGS, device="cpu", port=29555, threads=4)
+    # make_spec's run is t/r: the rendezvous of a study named "t.r" has the same id.
+    special = group_commands("dmls.special.x", ARGS, nodes=2, nproc_per_node=2, port=29555,
+                             name="t.r")  # fmt: skip
+    for ours, theirs in zip(special, training, strict=True):
+        assert ours.argv == [*theirs.argv[: -len(ARGS) - 1], "-m", "dmls.special.x", *ARGS]
+        assert ours.env["OMP_NUM_THREADS"] == theirs.env["OMP_NUM_THREADS"] == "1"
+        assert ours.env["PYTHONPATH"].split(os.pathsep)[0] == str(WORKER.parent)
+
+
+def test_a_special_studys_slurm_ranks_are_the_tasks_of_one_srun_step():
+    from dmls.supervisor.launch import group_commands
+
+    (cmd,) = group_commands("m", ["a"], nodes=2, nproc_per_node=3, port=20042, name="x",
+                            srun=True)  # fmt: skip
+    f = flags(cmd.argv)
+    assert cmd.argv[0] == "srun" and f["--nodes"] == "2" and f["--ntasks-per-node"] == "3"
+    assert f["--ntasks"] == "6" and "--kill-on-bad-exit=1" in cmd.argv
+    assert cmd.argv[-4:] == [sys.executable, "-m", "m", "a"]
+    assert cmd.env["MASTER_PORT"] == "20042"
+
+
+def python(code: str) -> Command:
+    return Command([sys.executable, "-c", code])
+
+
+SLEEPS = python("import time; time.sleep(600)")
+
+
+def test_when_one_launcher_fails_the_others_are_stopped_at_once(tmp_path):
+    from dmls.supervisor import processes
+
+    fails = python("import sys, time; time.sleep(0.5); sys.exit(3)")
+    with open(tmp_path / "log", "w") as log:
+        outcome = processes.start_and_wait([SLEEPS, fails], log, timeout_s=600)
+    assert outcome.exit_codes == [-signal.SIGTERM, 3] and outcome.first_failure == 3
+    assert not outcome.timed_out and outcome.seconds < 10
+
+
+def test_past_its_timeout_the_runner_stops_every_launcher_and_says_so(tmp_path, monkeypatch):
+    """A launcher that ignores SIGTERM is killed after the grace period."""
+    from dmls.supervisor import processes
+
+    monkeypatch.setattr(processes, "STOP_GRACE_S", 1)
+    deaf = python("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "time.sleep(600)")  # fmt: skip
+    with open(tmp_path / "log", "w") as log:
+        outcome = processes.start_and_wait([SLEEPS, deaf], log, timeout_s=2)
+    assert outcome.timed_out and not outcome.ok and outcome.first_failure is None
+    assert outcome.exit_codes == [-signal.SIGTERM, -signal.SIGKILL]
+    assert outcome.seconds < 10
+    said = (tmp_path / "log").read_text()
+    assert "TIMED OUT: still running after 2 s; every launcher is stopped" in said

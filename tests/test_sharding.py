@@ -3,6 +3,7 @@ ZeRO-2 and ZeRO-3 through FSDP2, each a strategy of the engine (training/paralle
 with Gloo."""
 
 import io
+import time
 
 import pytest
 
@@ -149,3 +150,59 @@ def test_a_study_stopped_part_way_measures_only_the_setups_left(tmp_path, monkey
     stopped_at("full_2_cpu", cfg)
     sharding.run(cfg | {"batch_size": 8}, out, data_dir=tmp_path)
     assert len(measured) == 4 + 3 + 4
+
+
+D4 = {"dataset": "synthetic_cifar", "devices": ["cpu"], "processes": [2],
+      "strategies": ["full"], "batch_size": 4, "steps": 2, "repeats": 2,
+      "collectives_csv": None, "model": {"cpu": {"hidden": 32, "layers": 2}}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def d4_data(tmp_path_factory):
+    from dmls.data import datasets
+
+    data = tmp_path_factory.mktemp("d4")
+    datasets.prepare("synthetic_cifar", {"n_train": 16, "n_test": 4, "seed": 0}, data)
+    return data
+
+
+def test_d4_measures_a_zero3_step_through_the_engines_public_interface(tmp_path, d4_data):
+    """2 CPU ranks started as a training run's: each keeps half of every tensor, so its
+    gradients take its parameters' bytes and Adam's two moments twice that."""
+    from dmls.files import read_json
+    from dmls.special import sharding
+
+    spec = sharding.run_spec(D4, "cpu", "full", 2)
+    records = sharding.measure(spec, d4_data, tmp_path)
+    assert [r["rank"] for r in records] == [0, 1]
+    manifest = read_json(d4_data / "synthetic_cifar.json")
+    shapes, _ = sharding.layout(spec, manifest["input_shape"], manifest["num_classes"])
+    for r in records:
+        assert r["grads_bytes"] == r["params_bytes"] > 0
+        # Adam's two moments, and its step count: one fp32 scalar per tensor.
+        assert r["optimizer_bytes"] == 2 * r["params_bytes"] + 4 * len(shapes)
+        assert r["activations_bytes"] > 0 and len(r["step_s"]) == D4["repeats"]
+        assert r["peak_allocated_bytes"] is None  # no allocator count on the CPU
+    state = max(r["params_bytes"] + r["grads_bytes"] + r["optimizer_bytes"] for r in records)
+    assert state == pytest.approx(sharding.expected_state("full", shapes, 2), rel=1e-3)
+    assert list(tmp_path.iterdir()) == []  # nothing left behind but what it returned
+
+
+def test_a_d4_rank_that_fails_ends_its_setup_at_once_and_the_reason_names_it(
+    tmp_path, d4_data, monkeypatch
+):
+    """Rank 1 raises in the warm-up epoch (a fault drill, training/faults.py): its peer is
+    stopped long before the ranks' timeout, and the reason is rank 1's error, not the lost
+    connection its peer may report."""
+    from dmls.special import ranks, sharding
+
+    spec = sharding.run_spec(D4, "cpu", "full", 2)
+    monkeypatch.setenv("DMLS_FAULT", f"rank=1,epoch=1,kind=raise,run={spec.run_id}")
+    start = time.monotonic()
+    with pytest.raises(sharding.SetupFailed) as failed:
+        sharding.measure(spec, d4_data, tmp_path)
+    assert time.monotonic() - start < ranks.TIMEOUT_S / 10
+    assert str(failed.value).startswith(
+        "rank 1 raised InjectedFault: injected fault (DMLS_FAULT): rank 1, epoch 1, kind raise"
+    )
+    assert (tmp_path / "ranks" / spec.run / "error-rank1.json").exists()

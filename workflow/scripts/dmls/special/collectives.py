@@ -6,10 +6,11 @@ tensors, and Gloo on CUDA tensors (what A5's `gloo_*` runs do: Gloo copies them 
 memory). Gloo on CPU tensors also runs between nodes: `gloo-cpu-nodes` splits the ranks over 2
 emulated nodes, each started by its own torchrun agent, as the engine emulates B's nodes on one
 host; `gloo-cpu-slurm` makes them the tasks of one `srun` step over 2 nodes of the Slurm
-cluster this host submits to (skipped with the reason without one). For each collective and
-message size (powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup` untimed
-calls, every one of `iterations` calls is timed between barriers on rank 0; the latency is
-their median.
+cluster this host submits to (skipped with the reason without one). The ranks are started,
+and stopped when one fails, as a training run's are (special/ranks.py). For each collective
+and message size (powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup`
+untimed calls, every one of `iterations` calls is timed between barriers on rank 0; the
+latency is their median.
 Bandwidths follow nccl-tests' definitions (`size` is the whole message: the all-reduced
 buffer, all-gather's output, reduce-scatter's input; n ranks):
   algbw = size / time;  busbw = algbw × 2(n−1)/n for all-reduce, × (n−1)/n for the others,
@@ -38,12 +39,13 @@ import torch.distributed as dist
 from dmls.comm import DDP_BUCKET_BYTES, latency_at
 from dmls.config.spec import ModelSpec
 from dmls.files import new_figure, save_figure, write_csv
-from dmls.supervisor.launch import free_port
+from dmls.special import ranks
+from dmls.supervisor.processes import as_rank
+from dmls.supervisor.slurm import SrunTask
 from dmls.training.models import build_model
 
 log = logging.getLogger(__name__)
 
-SCRIPTS = Path(__file__).resolve().parents[2]  # where `dmls` is imported from
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n}  # fmt: skip
@@ -108,21 +110,24 @@ def _time_op(op: str, size: int, world: int, device: torch.device, cfg: dict) ->
     return statistics.median(times)
 
 
-def _worker(world: int, port: int, backend: str, device_type: str, cfg: dict, out: str,
-            rank: int | None = None) -> None:  # fmt: skip
-    """One rank of a sweep (a process of its own: `python -m dmls.special.collectives`); its
-    rank is `rank`, else torchrun's (RANK, with the rendezvous address) or srun's task's."""
-    if rank is None and "RANK" in os.environ:  # under a torchrun agent
-        rank = int(os.environ["RANK"])
-    elif rank is None:  # a task of an srun step: the step's first node hosts the rendezvous
-        from dmls.supervisor.slurm import SrunTask
+def _worker(world: int, backend: str, device_type: str, cfg: dict, out: str,
+            reports: str) -> None:  # fmt: skip
+    """One rank of a sweep (a process of its own, started by `sweep`): torchrun's rank, or an
+    srun task's; rank 0 writes the timings to `out`, a rank that fails its error to
+    `reports`."""
+    with as_rank(Path(reports)) as rank:
+        if "RANK" not in os.environ:
+            # A task of an srun step, not torchrun's: the step's first node hosts the
+            # rendezvous.
+            os.environ["MASTER_ADDR"] = SrunTask.current().first_node
+        _time_every_op(rank, world, backend, device_type, cfg, out)
 
-        rank = int(os.environ["SLURM_PROCID"])
-        os.environ.update(MASTER_ADDR=SrunTask.current().first_node, MASTER_PORT=str(port))
-    else:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+def _time_every_op(rank: int, world: int, backend: str, device_type: str, cfg: dict,
+                   out: str) -> None:  # fmt: skip
     torch.set_num_threads(1)
-    device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(device_type, local_rank) if device_type == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, rank=rank, world_size=world,
@@ -145,37 +150,24 @@ def _worker(world: int, port: int, backend: str, device_type: str, cfg: dict, ou
 
 def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path,
           placement: str = "host") -> list[dict[str, Any]]:  # fmt: skip
-    """One setup's rows: every collective and size, timed by `world` ranks, each a Python
-    process started as the engine starts its ranks (multiprocessing's spawn would re-run the
-    Snakemake script that called this in every child): on this host, by one torchrun agent
-    per emulated node, or as the tasks of an srun step (`placement`)."""
-    raw = out_dir / f".{backend}-{device}-{placement}-{world}.json"
-    port = free_port()
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, (
-        str(SCRIPTS), os.environ.get("PYTHONPATH"))))}  # fmt: skip
-    common = {"world": world, "port": port, "backend": backend, "device_type": device,
-              "cfg": cfg, "out": str(raw)}  # fmt: skip
-    worker = ["-m", __name__, json.dumps(common)]
-    if placement == "host":
-        commands = [[sys.executable, "-m", __name__, json.dumps(common | {"rank": rank})]
-                    for rank in range(world)]  # fmt: skip
-    elif placement == "nodes":
-        commands = [[sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                     "--node-rank", str(node), "--nproc-per-node", str(world // 2),
-                     "--master-addr", "127.0.0.1", "--master-port", str(port), *worker]
-                    for node in range(2)]  # fmt: skip
-    else:
-        # --immediate: fail within a minute rather than wait behind other jobs for the nodes.
-        commands = [["srun", "--nodes", "2", "--ntasks", str(world), "--ntasks-per-node",
-                     str(world // 2), "--immediate=60", "--kill-on-bad-exit=1",
-                     sys.executable, *worker]]  # fmt: skip
-    ranks = [subprocess.Popen(command, env=env) for command in commands]
-    codes = [wait_rank(proc) for proc in ranks]
-    if any(codes):
-        raise RuntimeError(
-            f"the {backend} sweep on {device} tensors ({PLACEMENTS[placement]}): ranks or "
-            f"their launchers exited {codes}"
-        )
+    """One setup's rows: every collective and size, timed by `world` ranks started as a
+    training run's are (special/ranks.py): by one torchrun agent on this host, by one per
+    emulated node, or as the tasks of an srun step (`placement`). A failed setup's folder
+    (`ranks/<setup>`) keeps the ranks' output and errors."""
+    setup = f"{backend}-{device}-{placement}-{world}"
+    raw, folder = out_dir / f".{setup}.json", out_dir / "ranks" / setup
+    args = {"world": world, "backend": backend, "device_type": device, "cfg": cfg,
+            "out": str(raw), "reports": str(folder)}  # fmt: skip
+    nodes = 1 if placement == "host" else 2
+    try:
+        ranks.run(
+            __name__, [json.dumps(args)], name=f"collectives.{setup}", folder=folder,
+            nodes=nodes, nproc_per_node=world // nodes, srun=placement == "slurm",
+        )  # fmt: skip
+    except ranks.RanksFailed as e:
+        raise ranks.RanksFailed(
+            f"the {backend} sweep on {device} tensors ({PLACEMENTS[placement]}): {e}"
+        ) from None
     rows: list[dict[str, Any]] = []
     for r in json.loads(raw.read_text()):
         if "error" in r:
@@ -194,15 +186,6 @@ def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path,
         })  # fmt: skip
     raw.unlink()
     return rows
-
-
-def wait_rank(proc: subprocess.Popen, timeout_s: float = 1800) -> int:
-    """The rank's exit code; a rank that outlives `timeout_s` (a hung collective) is killed."""
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
 
 
 def unavailable(backend: str, device: str, world: int, placement: str = "host") -> str | None:
@@ -309,11 +292,11 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
                  PLACEMENTS[placement])  # fmt: skip
         try:
             rows += sweep(backend, device, world, cfg, out_dir, placement)
-        except RuntimeError as e:  # the other setups' rows are kept
+        except ranks.RanksFailed as e:  # the other setups' rows are kept
             log.error("%s", e)
             rows.append({"backend": backend, "device": device, "placement": placement,
                          "op": "all", "processes": world, "status": "failed",
-                         "reason": f"{e} (the log above has the ranks' errors)"})  # fmt: skip
+                         "reason": str(e)})  # fmt: skip
     gradient = course_gradient_bytes()
     write_csv(out_dir / "collectives.csv", rows, COLUMNS)
     save_figure(_figure(rows, gradient), out_dir / "bandwidth.png")

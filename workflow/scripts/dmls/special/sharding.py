@@ -10,15 +10,17 @@ the engine's strategies (training/parallel.py) on N processes, for each N of `pr
 | gradients | ZeRO-2     | parameters from forward to backward | gradients, Adam state         |
 | full      | ZeRO-3     | one or two layers' parameters       | parameters, gradients, state  |
 
-Each rank is a process of its own that joins the process group as torchrun's ranks do and
-trains through the engine's `Trainer`: one warm-up epoch, then one step whose memory is split
-by the tensors that hold it (parameters, gradients and optimizer state, this rank's part of
-them; the layer outputs of the forward), then `repeats` timed epochs. Steps run eagerly (FSDP2
-and ZeroRedundancyOptimizer run Python between the collectives, so a CUDA graph can't capture
-them, and DDP gets no graph either, so that steps compare like with like) with the fused AdamW
-kernel (no foreach temporaries). On a GPU, the peak allocated over the measured step and the
-timed epochs is the allocator's (`torch.cuda.max_memory_allocated`); the CPU has no such count,
-so on the CPU only the split is measured (with Gloo and a small model, which CI runs).
+Each rank is a process of its own, started by torchrun as a training run's ranks are
+(special/ranks.py: one failing stops the others), and trains through the engine's public
+interface (`strategy_for`, `Trainer.train_epoch`): one warm-up epoch, whose first step's memory
+is split by the tensors that hold it (parameters, gradients and optimizer state, this rank's
+part of them; the layer outputs of the forward), seen through torch's module and optimizer
+hooks, then `repeats` timed epochs. Steps run eagerly (FSDP2 and ZeroRedundancyOptimizer run
+Python between the collectives, so a CUDA graph can't capture them, and DDP gets no graph
+either, so that steps compare like with like) with the fused AdamW kernel (no foreach
+temporaries). On a GPU, the peak allocated over the timed epochs is the allocator's
+(`torch.cuda.max_memory_allocated`); the CPU has no such count, so on the CPU only the split is
+measured (with Gloo and a small model, which CI runs).
 
 Bytes per parameter (fp32, AdamW: 4 for the weight, 4 for its gradient, 8 for the two moments),
 P parameters, N ranks, U the largest layer's parameters, A the forward's layer outputs:
@@ -43,11 +45,9 @@ k's gathered weights and the gradient being computed for them, layer k−1's wei
 prefetched into the all-gather buffer and layer k+1's unsharded gradient in the
 reduce-scatter's input. With W(j) the bytes of layer j's weights, B(k) = Σ_{j>k} W(j)/N +
 2·W(k) + W(k−1) + W(k+1); for the wide MLP the maximum is in the third layer's backward.
-(A first version predicted 16·P/N + 3·4·U, every gradient shard and three buffers: 1.003× the
-peak at N = 2, where the two errors cancelled, and 0.94× at N = 4, which the trace explains.
-A first version predicted ZeRO-2's peak with every sharded gradient and one
-unsharded one, 16·P/N + 4·P + 4·U: the GPU measured 0.90× that, which the timeline above
-explains.)
+(Simpler forms miss: for ZeRO-3, every gradient shard and three buffers, 16·P/N + 3·4·U, is
+right at N = 2 only because two errors cancel, and 0.94× the peak at N = 4; for ZeRO-2, every
+sharded gradient and one unsharded one, 16·P/N + 4·P + 4·U, is 1.1× the measured peak.)
 
 Communication per step is predicted from the collectives sweep of the same results folder
 (A5 explained) where it measured the same backend, device and N: DDP all-reduces the gradients
@@ -63,14 +63,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
@@ -79,13 +77,15 @@ from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.config.spec import RunSpec, special_run_spec
 from dmls.files import new_figure, read_json, save_figure, write_csv, write_json
-from dmls.special.collectives import wait_rank
-from dmls.supervisor.launch import free_port
+from dmls.special import ranks
+from dmls.supervisor.processes import as_rank
 from dmls.training.models import build_model, shard_units
+
+if TYPE_CHECKING:
+    from dmls.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
-SCRIPTS = Path(__file__).resolve().parents[2]  # where `dmls` is imported from
 STAGES = {"none": "DDP", "optimizer": "ZeRO-1", "gradients": "ZeRO-2", "full": "ZeRO-3"}
 BACKENDS = {"cuda": "nccl", "cpu": "gloo"}
 # The table (sharding.csv): bytes in MiB and per parameter; summary.json keeps the bytes.
@@ -170,61 +170,42 @@ def _layer_outputs(model: torch.nn.Module) -> tuple[list[int], list[Any]]:
     return total, [m.register_forward_hook(hook) for m in leaves]
 
 
-def _rank(rank: int, world: int, port: int, spec: str, data_dir: str, out: str) -> None:
-    """One rank of a setup (a process of its own: `python -m dmls.special.sharding`); its
-    error, if it fails, in `<out>.rank<k>.error` for the setup's row."""
-    try:
-        _train_rank(rank, world, port, spec, data_dir, out)
-    except BaseException as e:
-        Path(f"{out}.rank{rank}.error").write_text(f"{type(e).__name__}: {e}".splitlines()[0])
-        raise
+def _rank(spec: str, data_dir: str, out: str, reports: str) -> None:
+    """One rank of a setup (a process of its own, started by `measure`): rank 0 writes every
+    rank's record to `out`, a rank that fails its error to `reports`."""
+    with as_rank(Path(reports)):
+        _train_rank(RunSpec.from_json(spec), Path(data_dir), Path(out))
 
 
-def _train_rank(rank: int, world: int, port: int, spec: str, data_dir: str, out: str) -> None:
+def _train_rank(run: RunSpec, data_dir: Path, out: Path) -> None:
     from dmls.training.parallel import strategy_for
     from dmls.training.trainer import Trainer
 
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0",
-    )  # fmt: skip
     torch.set_num_threads(1)
-    run = RunSpec.from_json(spec)
     strategy = strategy_for(run)
     process = strategy.join()
     device = process.device
-    trainer = Trainer(run, strategy, process, Path(data_dir), fused_optimizer=True)
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
+    trainer = Trainer(run, strategy, process, data_dir, fused_optimizer=True)
     params = list(trainer.model.parameters())
-    trainer.train_epoch(0)  # warm-up: Adam's state, communicators, the allocator's pools
-    sync()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    x, y = trainer.to_device(*next(iter(trainer.data.train)))
-    outputs, hooks = _layer_outputs(trainer.model)
-    trainer.step(x, y, sync=True, divisor=1)
-    for h in hooks:
-        h.remove()
-    grads = local_bytes(p.grad for p in params)
-    trainer.optimizer_step()
+    # Warm-up (Adam's state, communicators, the allocator's pools), its first step measured.
+    first_step, steps = _warm_up(trainer, params)
     record = {
-        "rank": rank,
+        "rank": process.rank,
         "parameters": sum(p.numel() for p in params),  # a DTensor's numel is the whole one
         "params_bytes": local_bytes(params),
-        "grads_bytes": grads,
+        "grads_bytes": first_step["grads_bytes"],
         "optimizer_bytes": local_bytes(_optimizer_tensors(trainer.optimizer)),
-        "activations_bytes": outputs[0],
+        "activations_bytes": first_step["activations_bytes"],
     }
-    steps, step_s = len(trainer.data.train), []
+    trainer.synchronize()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    step_s = []
     for epoch in range(1, run.epochs):
-        sync()
+        trainer.synchronize()
         start = time.perf_counter()
         trainer.train_epoch(epoch)
-        sync()
+        trainer.synchronize()
         step_s.append((time.perf_counter() - start) / steps)
     record["step_s"] = step_s
     record["peak_allocated_bytes"] = (
@@ -234,29 +215,50 @@ def _train_rank(rank: int, world: int, port: int, spec: str, data_dir: str, out:
     trainer.release()
     strategy.end_seed()
     strategy.close()
-    if rank == 0:
-        Path(out).write_text(json.dumps(records))
+    if process.is_main:
+        out.write_text(json.dumps(records))
+
+
+def _warm_up(trainer: Trainer, params: list[torch.Tensor]) -> tuple[dict[str, int], int]:
+    """Train the warm-up epoch; return what its first step held (the bytes of this rank's
+    gradients when the optimizer steps, of the layer outputs of its forward) and the epoch's
+    optimizer steps."""
+    outputs, hooks = _layer_outputs(trainer.model)
+    first: dict[str, int] = {}
+    steps = [0]
+
+    def before_step(*_: Any) -> None:
+        if not first:
+            first.update(grads_bytes=local_bytes(p.grad for p in params),
+                         activations_bytes=outputs[0])  # fmt: skip
+            for h in hooks:  # one forward's outputs: the next steps' are not counted
+                h.remove()
+        steps[0] += 1
+
+    counting = trainer.optimizer.register_step_pre_hook(before_step)
+    try:
+        trainer.train_epoch(0)
+    finally:
+        counting.remove()
+        for h in hooks:
+            h.remove()
+    return first, steps[0]
 
 
 def measure(spec: RunSpec, data_dir: Path, out_dir: Path) -> list[dict[str, Any]]:
-    """Every rank's record of one setup, its ranks started as the engine starts its own."""
-    raw = out_dir / f".{spec.run}.json"
-    port = free_port()
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, (
-        str(SCRIPTS), os.environ.get("PYTHONPATH"))))}  # fmt: skip
-    args = {"world": spec.processes, "port": port, "spec": spec.to_json(),
-            "data_dir": str(data_dir), "out": str(raw)}  # fmt: skip
-    ranks = [
-        subprocess.Popen([sys.executable, "-m", __name__, json.dumps(args | {"rank": r})], env=env)
-        for r in range(spec.processes)
-    ]
-    codes = [wait_rank(proc) for proc in ranks]
-    if any(codes):
-        errors = sorted(out_dir.glob(f"{raw.name}.rank*.error"))
-        first = errors[0].read_text() if errors else "no error recorded (killed?)"
-        for e in errors:
-            e.unlink()
-        raise SetupFailed(f"ranks exited {codes}; {first} (the traceback is in the log)")
+    """Every rank's record of one setup, its ranks started as a training run's are
+    (special/ranks.py). A failed setup's folder (`ranks/<run>`) keeps the ranks' output and
+    errors."""
+    raw, folder = out_dir / f".{spec.run}.json", out_dir / "ranks" / spec.run
+    args = {"spec": spec.to_json(), "data_dir": str(data_dir), "out": str(raw),
+            "reports": str(folder)}  # fmt: skip
+    try:
+        ranks.run(
+            __name__, [json.dumps(args)], name=f"sharding.{spec.run}", folder=folder,
+            nproc_per_node=spec.processes,
+        )  # fmt: skip
+    except ranks.RanksFailed as e:
+        raise SetupFailed(str(e)) from None
     records = json.loads(raw.read_text())
     raw.unlink()
     return records

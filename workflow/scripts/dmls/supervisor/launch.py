@@ -1,4 +1,6 @@
-"""How a run is started: the one place that turns a run spec into launcher commands.
+"""How ranks are started: the one place that builds launcher commands, for a training run's
+spec (`build_commands`) and for the special studies that need several processes
+(`group_commands`); supervisor/processes.py starts and stops them.
 
 Commands are argument lists (never shell strings), so no config value is ever parsed by a shell.
 Each node is one launcher agent. Inside a Slurm allocation of the run's nodes, one `srun` starts
@@ -9,6 +11,7 @@ nodes are emulated by starting one agent per node on this host, all meeting on l
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import socket
 import sys
@@ -71,21 +74,14 @@ def build_commands(
     if spec.launcher in ("single", "dp"):
         return [Command([python, str(WORKER), *worker_args], _thread_env(per_process))]
     if srun:
-        argv = [
-            "srun",
-            "--nodes", str(spec.nodes),
-            "--ntasks", str(spec.nodes),
-            "--ntasks-per-node", "1",
-            "--cpus-per-task", str(threads),
-            # One agent failing ends the others: none waits for a peer that is gone.
-            "--kill-on-bad-exit=1",
+        agent = [
             python, str(NODE_AGENT),
             "--device", device,
             "--port", str(port),
             "--threads-per-process", str(per_process),
             "--", *worker_args,
         ]  # fmt: skip
-        return [Command(argv)]
+        return [srun_command(agent, nodes=spec.nodes, tasks_per_node=1, cpus_per_task=threads)]
     return [
         agent_command(
             spec, worker_args, device=device, node_rank=node, master_addr=LOOPBACK, port=port,
@@ -107,25 +103,16 @@ def agent_command(
 ) -> Command:
     """The torchrun / accelerate agent of node `node_rank`; node 0 at `master_addr` hosts the
     rendezvous on `port`."""
+    if spec.launcher == "torchrun":
+        return torchrun_command(
+            [str(WORKER)], worker_args, nodes=spec.nodes, nproc_per_node=spec.nproc_per_node,
+            node_rank=node_rank, master_addr=master_addr, port=port,
+            rdzv_id=f"{spec.study}.{spec.run}.{port}", threads_per_process=threads_per_process,
+        )  # fmt: skip
+
     env = _thread_env(threads_per_process)
     worker = [str(WORKER), *worker_args]
     python = sys.executable
-
-    if spec.launcher == "torchrun":
-        argv = [
-            python, "-m", "torch.distributed.run",
-            "--nnodes", str(spec.nodes),
-            "--nproc_per_node", str(spec.nproc_per_node),
-            "--rdzv_backend", "c10d",
-            "--rdzv_endpoint", f"{master_addr}:{port}",
-            "--rdzv_id", f"{spec.study}.{spec.run}.{port}",
-            # Say which agent serves the rendezvous store rather than let torchrun guess from
-            # host names: emulated nodes (and nodes sharing a host) all look like its host.
-            "--rdzv_conf", f"is_host={'true' if node_rank == 0 else 'false'}",
-            "--max_restarts", "0",
-            *worker,
-        ]  # fmt: skip
-        return Command(argv, env)
 
     if spec.launcher == "accelerate":
         # On a CPU host `--multi_gpu` is what starts N cooperating processes, and only with
@@ -149,6 +136,106 @@ def agent_command(
         return Command(argv, env | cpu_env)
 
     raise ValueError(f"launcher {spec.launcher!r} has no per-node agent")
+
+
+def torchrun_command(
+    program: list[str],
+    args: list[str],
+    *,
+    nodes: int,
+    nproc_per_node: int,
+    node_rank: int,
+    master_addr: str,
+    port: int,
+    rdzv_id: str,
+    threads_per_process: int,
+) -> Command:
+    """The torchrun agent of node `node_rank`, starting `nproc_per_node` processes of `program`
+    (a script's path, or "-m" and a module) with `args`; node 0 at `master_addr` hosts the
+    rendezvous `rdzv_id` on `port`."""
+    argv = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(nodes),
+        "--nproc_per_node", str(nproc_per_node),
+        "--rdzv_backend", "c10d",
+        "--rdzv_endpoint", f"{master_addr}:{port}",
+        "--rdzv_id", rdzv_id,
+        # Say which agent serves the rendezvous store rather than let torchrun guess from
+        # host names: emulated nodes (and nodes sharing a host) all look like its host.
+        "--rdzv_conf", f"is_host={'true' if node_rank == 0 else 'false'}",
+        "--max_restarts", "0",
+        *program, *args,
+    ]  # fmt: skip
+    return Command(argv, _thread_env(threads_per_process))
+
+
+def srun_command(
+    program: list[str],
+    *,
+    nodes: int,
+    tasks_per_node: int,
+    cpus_per_task: int,
+    immediate_s: int | None = None,
+) -> Command:
+    """One `srun` step running `program` (an argv) as `tasks_per_node` tasks on each of `nodes`
+    nodes; with `immediate_s`, the step fails when Slurm can't give it the nodes within that
+    many seconds."""
+    argv = [
+        "srun",
+        "--nodes", str(nodes),
+        "--ntasks", str(nodes * tasks_per_node),
+        "--ntasks-per-node", str(tasks_per_node),
+        "--cpus-per-task", str(cpus_per_task),
+        *([f"--immediate={immediate_s}"] if immediate_s is not None else []),
+        # One task failing ends the others: none waits for a peer that is gone.
+        "--kill-on-bad-exit=1",
+        *program,
+    ]  # fmt: skip
+    return Command(argv)
+
+
+def group_commands(
+    module: str,
+    args: list[str],
+    *,
+    nodes: int,
+    nproc_per_node: int,
+    port: int,
+    name: str,
+    srun: bool = False,
+    threads_per_process: int = 1,
+) -> list[Command]:
+    """The commands that start `nodes` × `nproc_per_node` processes of `python -m module args`
+    (a special study's ranks), as a training run's are: one torchrun agent per emulated node
+    on this host, meeting on loopback at `port` in rendezvous `name`; or, with `srun`, the
+    tasks of one srun step over `nodes` nodes of the Slurm cluster, each task a rank (its
+    rank is SLURM_PROCID; the step's first node serves the rendezvous on `port`)."""
+    if srun:
+        # Each task is a rank: it finds the step's first node (its MASTER_ADDR) in Slurm's
+        # variables, and MASTER_PORT here.
+        env = _thread_env(threads_per_process) | {"MASTER_PORT": str(port)}
+        commands = [
+            srun_command(
+                [sys.executable, "-m", module, *args], nodes=nodes,
+                tasks_per_node=nproc_per_node, cpus_per_task=threads_per_process,
+                # A step of its own, not a job's allocation: fail within a minute rather than
+                # wait behind other jobs for the nodes.
+                immediate_s=60,
+            )
+        ]  # fmt: skip
+    else:
+        env = {}  # torchrun's agents set the ranks' variables
+        commands = [
+            torchrun_command(
+                ["-m", module], args, nodes=nodes, nproc_per_node=nproc_per_node,
+                node_rank=node, master_addr=LOOPBACK, port=port, rdzv_id=f"{name}.{port}",
+                threads_per_process=threads_per_process,
+            )
+            for node in range(nodes)
+        ]  # fmt: skip
+    # The module is found where `dmls` is, whatever the folder the processes start in.
+    path = os.pathsep.join(filter(None, (str(SCRIPTS), os.environ.get("PYTHONPATH"))))
+    return [Command(c.argv, c.env | env | {"PYTHONPATH": path}) for c in commands]
 
 
 def _thread_env(threads_per_process: int) -> dict[str, str]:

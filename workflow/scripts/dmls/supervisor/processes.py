@@ -1,0 +1,143 @@
+"""Running launcher commands (supervisor/launch.py builds them): a training run's and a special
+study's ranks are started, waited for and stopped here, and only here.
+
+Each command starts in a process group of its own, so it can be stopped whole, and dies with
+the process that started it. When one fails, the others are stopped (SIGTERM to their groups,
+SIGKILL after `STOP_GRACE_S`) rather than left waiting for a peer that is gone; past the
+timeout, all are. `as_rank` is the other side: what a rank does first, and the error report it
+leaves (`error-rank<N>.json`, as train.py's ranks leave theirs) for the reason to name it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import shlex
+import signal
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from dmls.files import write_json
+from dmls.supervisor.launch import Command, die_with_parent
+
+# How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
+STOP_GRACE_S = 15
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the commands ended."""
+
+    exit_codes: list[int]  # one per command, negative: killed by that signal
+    seconds: float
+    # The exit code of the first command that failed, None if none did. A command stopped
+    # because another failed, or because of the timeout, did not fail.
+    first_failure: int | None
+    timed_out: bool = False  # every command was stopped at the timeout
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and not any(self.exit_codes)
+
+
+def start_and_wait(
+    commands: list[Command],
+    log: IO[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    in_child: Callable[[], None] | None = None,
+    timeout_s: float | None = None,
+) -> Outcome:
+    """Start every command, its output into `log` (a file), and wait for all. Each runs with
+    this process's environment, the command's variables and `env`, and calls `in_child` (if
+    any) before it starts. If one fails, the others are stopped; past `timeout_s` (None: no
+    limit), every one is, and the log says so."""
+    start = time.perf_counter()
+    procs = []
+    for command in commands:
+        # Quoted as a shell would need it, so the line can be pasted; nothing runs in a shell.
+        print("$ " + shlex.join(command.argv), file=log, flush=True)
+        procs.append(
+            subprocess.Popen(
+                command.argv,
+                env=os.environ | command.env | dict(env or {}),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so it can be stopped whole
+                preexec_fn=lambda: _in_child(in_child),
+            )
+        )
+    first_failure, timed_out = None, False
+    while None in (codes := [proc.poll() for proc in procs]):
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed and first_failure is None:
+            first_failure = failed[0]
+            stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
+        elif timeout_s is not None and time.perf_counter() - start > timeout_s:
+            timed_out = True
+            print(
+                f"TIMED OUT: still running after {timeout_s:g} s; every launcher is stopped",
+                file=log, flush=True,
+            )  # fmt: skip
+            stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
+        time.sleep(POLL_S)
+    if first_failure is None and not timed_out:
+        first_failure = next((c for c in codes if c != 0), None)
+    return Outcome([int(c) for c in codes], time.perf_counter() - start, first_failure, timed_out)
+
+
+def _in_child(then: Callable[[], None] | None) -> None:
+    # If the process that started it dies (its job is cancelled), the launcher stops too.
+    die_with_parent(signal.SIGTERM)
+    if then is not None:
+        then()
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group; SIGKILL what is left after `STOP_GRACE_S`."""
+
+    def signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
+            os.killpg(proc.pid, sig)
+
+    for proc in procs:
+        signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+@contextlib.contextmanager
+def as_rank(reports: Path) -> Iterator[int]:
+    """Run the body as a rank that a launcher started: it dies with its launcher, prints every
+    thread's stack when stopped (SIGTERM), and an error it raises is written to
+    `<reports>/error-rank<N>.json` before it propagates. Yields the rank (torchrun's RANK, else
+    an srun task's SLURM_PROCID)."""
+    # A rank must not outlive its launcher (a `kill -9` of torchrun would leave it running).
+    die_with_parent(signal.SIGKILL)
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    try:
+        yield rank
+    except BaseException as exc:
+        write_json(
+            reports / f"error-rank{rank}.json",
+            {
+                "rank": rank,
+                "time": time.time(),
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            },
+        )
+        raise
