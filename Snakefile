@@ -2,7 +2,6 @@
 # config key -> rule -> script: studies live in config/config.yaml, runs are expanded in
 # rules/common.smk, and every run is the same engine (workflow/scripts/dmls/training/trainer.py).
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,13 +9,7 @@ from snakemake.utils import min_version, validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from dmls.bytecode import cache_bytecode
 from dmls.config.spec import check_config
-
-# Before any job starts: where torch's bytecode is neither cached nor writable, each of the
-# DAG's processes would compile torch's modules again (dmls/bytecode.py).
-if (bytecode_note := cache_bytecode(os.environ)) is not None:
-    print(bytecode_note, file=sys.stderr)
 
 min_version("9.0")
 

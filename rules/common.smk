@@ -2,21 +2,19 @@
 
 from snakemake.exceptions import WorkflowError
 
-from dmls.supervisor.slurm import job_resources, status_check_problem
-from dmls.report import captions
-from dmls.report.study import baseline_run, run_labels
+# Parse time imports only what declares the DAG, none of it torch or matplotlib
+# (tests/test_layers.py): the config, the datasets' file layout, the figure captions and the
+# Slurm resources of a run.
 from dmls.config.spec import resolve_runs
+from dmls.config.studies import baseline_run, run_labels
 from dmls.data import datasets
-from dmls.training.faults import Fault
+from dmls.report import captions
+from dmls.supervisor.slurm import job_resources, status_check_problem
 
 RESULTS = config["results_dir"]
 STUDIES_DIR = f"{RESULTS}/studies"
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
-# A fault drill (DMLS_FAULT) for a run the config lacks is an error before any job starts.
-_fault = Fault.from_env()
-if _fault is not None:
-    _fault.check_run_exists(RUNS)
 # Study -> its run ids, in config order; only studies with runs get a report section.
 STUDY_RUNS = {}
 for _run_id, _spec in RUNS.items():
@@ -43,9 +41,20 @@ def all_run_metrics():
     return [f"{RESULTS}/runs/{run_id}/metrics.json" for run_id in RUNS]
 
 
+def prepared_manifest(dataset):
+    """A dataset's manifest, as `prepare_data` writes it (dmls.data.datasets.prepared_files)."""
+    return f"{RESULTS}/data/{dataset}.json"
+
+
+def prepared_arrays(dataset):
+    """A dataset's arrays, as `prepare_data` writes them: an empty file where its
+    manifest says the data is unavailable (its runs are skipped with the reason)."""
+    return f"{RESULTS}/data/{dataset}.npz"
+
+
 def all_manifests():
     """The manifest of every dataset some run uses."""
-    return sorted({f"{RESULTS}/data/{spec.dataset}.json" for spec in RUNS.values()})
+    return sorted({prepared_manifest(spec.dataset) for spec in RUNS.values()})
 
 
 def data_source_files(wildcards):
@@ -56,7 +65,12 @@ def data_source_files(wildcards):
 
 
 def dataset_manifest(wildcards):
-    return f"{RESULTS}/data/{run_spec(wildcards).dataset}.json"
+    return prepared_manifest(run_spec(wildcards).dataset)
+
+
+def dataset_arrays(wildcards):
+    """The arrays a run trains on: preparing them again (or replacing them) reruns it."""
+    return prepared_arrays(run_spec(wildcards).dataset)
 
 
 def spec_json(wildcards):
@@ -217,5 +231,24 @@ def check_slurm_status_checks():
         raise WorkflowError(problem)
 
 
+def check_fault_drill():
+    """A fault drill (DMLS_FAULT) for a run the config lacks is an error before any job."""
+    from dmls.training.faults import Fault
+
+    fault = Fault.from_env()
+    if fault is not None:
+        fault.check_run_exists(RUNS)
+
+
+def advise_bytecode_cache():
+    """Where torch has no bytecode and the cache is off, say what turns it on (and go on)."""
+    from dmls import bytecode
+
+    if not config["runtime"]["bytecode_cache"] and (note := bytecode.advice()):
+        print(note, file=sys.stderr)
+
+
 onstart:
     check_slurm_status_checks()
+    check_fault_drill()
+    advise_bytecode_cache()

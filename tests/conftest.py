@@ -9,12 +9,6 @@ sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from dmls.config.spec import RunSpec, deep_merge, load_schema, resolve_runs  # noqa: E402
 
 SCHEMA = ROOT / "config" / "schemas" / "config.schema.yaml"
-# Runs per study in config/config.yaml (the .test and preset configs keep the same runs).
-EXPECTED_RUNS = {
-    "parallelism": 7, "precision": 4, "regularization": 8, "backend": 4, "batch_size": 4,
-    "grad_accumulation": 4, "optimizer": 4, "cluster_torchrun": 4, "cluster_accelerate": 4,
-    "cluster_precision": 8,
-}  # fmt: skip
 
 
 def validated(config: dict) -> dict:

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from dmls import bytecode
-from dmls.report import timeline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,46 +51,36 @@ def test_bytecode_beside_the_source_a_writable_folder_or_a_prefix_of_its_own_is_
     assert not bytecode.uncached({"PYTHONDONTWRITEBYTECODE": "1"}, None)
 
 
-def test_cache_bytecode_points_the_processes_at_a_cache_where_python_then_writes(package, tmp_path):
-    env = _without_bytecode_settings() | {"PYTHONDONTWRITEBYTECODE": "1"}
+def test_the_setting_lets_a_jobs_processes_write_the_cache_where_the_user_forbids_it(
+    package, tmp_path
+):
+    """The user's environment forbids bytecode (PYTHONDONTWRITEBYTECODE=1, as the lent GPU
+    hosts set it); a process started with environment() on top writes the package's bytecode
+    into the cache, mirroring the source's absolute path, and the source's folder stays as it
+    was."""
+    user = _without_bytecode_settings() | {"PYTHONDONTWRITEBYTECODE": "1"}
     cache = tmp_path / "cache"
-    note = bytecode.cache_bytecode(env, str(package), cache)
-    assert note is not None and str(cache) in note and "PYTHONPYCACHEPREFIX" in note
-    assert env["PYTHONPYCACHEPREFIX"] == str(cache) and "PYTHONDONTWRITEBYTECODE" not in env
-    # A process started with that environment writes the package's bytecode into the cache
-    # (mirroring the source's absolute path), and the source's folder stays as it was.
-    env["PYTHONPATH"] = str(package.parents[1])
-    code = "import uncompiled, sys; from dmls import bytecode; print(bytecode.describe())"
-    env["PYTHONPATH"] += os.pathsep + str(ROOT / "workflow" / "scripts")
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
-                         text=True).stdout  # fmt: skip
+    added = bytecode.environment(cache)
+    assert added == {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": ""}
+    assert user["PYTHONDONTWRITEBYTECODE"] == "1"  # the user's own environment as it was
+    paths = os.pathsep.join([str(package.parents[1]), str(ROOT / "workflow" / "scripts")])
+    code = "import uncompiled; from dmls import bytecode; print(bytecode.describe())"
+    out = subprocess.run([sys.executable, "-c", code], env=user | added | {"PYTHONPATH": paths},
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
     assert out.strip() == f"cached in {cache}"
     mirrored = cache / package.parent.relative_to("/")
     assert list((mirrored / "__pycache__").glob("__init__.*.pyc")) or list(
         mirrored.glob("__init__.*.pyc")
     )
     assert not (package.parent / "__pycache__").exists()
-    # Once set, nothing more to do.
-    assert bytecode.cache_bytecode(env, str(package), cache) is None
 
 
-def test_nothing_changes_where_bytecode_is_cached(package):
-    env = {"PYTHONPATH": "x"}
-    assert bytecode.cache_bytecode(env, str(package)) is None
-    assert env == {"PYTHONPATH": "x"}
+def test_the_advice_names_the_setting_only_where_bytecode_is_missing(package):
+    note = bytecode.advice({"PYTHONDONTWRITEBYTECODE": "1"}, str(package))
+    assert note is not None and "runtime='{bytecode_cache: true}'" in note
+    assert bytecode.advice({}, str(package)) is None  # writable: the first process writes it
 
 
 def test_the_default_cache_is_the_users(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert bytecode.default_cache() == tmp_path / "dmls" / "pycache"
-
-
-def test_the_timeline_says_when_runs_compiled_their_imports_again():
-    rows = [
-        {"start_s": 0.0, "end_s": 10.0, "bytecode": "not cached: every process compiles ..."},
-        {"start_s": 5.0, "end_s": 20.0, "bytecode": "cached beside the sources"},
-    ]
-    text = timeline.summary(rows)
-    assert "1 run(s) started their processes without Python's bytecode cache" in text
-    rows[0]["bytecode"] = "cached in /c"
-    assert "bytecode" not in timeline.summary(rows)

@@ -10,10 +10,10 @@ import pytest
 import scipy.stats
 
 from conftest import make_spec
+from dmls import record
 from dmls.report import figures, observations
 from dmls.report.aggregate import summarize
 from dmls.report.study import Study
-from dmls.supervisor import repeats
 from dmls.training import energy, results
 from test_report import epochs, fake_metrics
 
@@ -111,33 +111,27 @@ def test_the_meter_measures_how_often_the_counter_moves():
     period = energy.update_period(lambda: int((time.perf_counter() - start) / 0.02))
     assert period == pytest.approx(0.02, abs=0.005)
     assert energy.update_period(lambda: 7, timeout_s=0.05) is None  # it never moved
-    # Polled every 2 ms, as the meter's own thread does.
-    polled = energy.update_period(lambda: int((time.perf_counter() - start) / 0.02), poll_s=0.002)
-    assert polled == pytest.approx(0.02, abs=0.006)
 
 
-def test_the_meter_measures_the_period_on_a_thread_while_the_job_goes_on():
-    import threading
+def test_the_meter_measures_the_period_of_its_first_gpu_when_first_asked():
     import time
 
     start = time.perf_counter()
-    threads = []
+    reads = []
 
     class FakeNVML:
         @staticmethod
         def nvmlDeviceGetTotalEnergyConsumption(handle):
-            threads.append(threading.current_thread().name)
+            reads.append(handle)
             return int((time.perf_counter() - start) / 0.02)  # mJ, updated every 20 ms
 
-    meter = energy.EnergyMeter(FakeNVML(), ["gpu0"])
-    meter.measure_update_period()
-    meter.measure_update_period()  # once is enough: a second call starts nothing
-    assert meter.update_period_s == pytest.approx(0.02, abs=0.006)
-    assert set(threads) == {"dmls-energy-period_0"}
-    # Asked without a measurement started, the meter measures then.
-    assert energy.EnergyMeter(FakeNVML(), ["gpu0"]).update_period_s == pytest.approx(
-        0.02, abs=0.006
-    )
+    meter = energy.EnergyMeter(FakeNVML(), ["gpu0", "gpu1"])
+    assert reads == []  # nothing measured until asked
+    assert meter.update_period_s == pytest.approx(0.02, abs=0.005)
+    assert set(reads) == {"gpu0"}
+    measured = len(reads)
+    assert meter.update_period_s == pytest.approx(0.02, abs=0.005)
+    assert len(reads) == measured  # once: a second ask reads nothing
 
 
 def test_steady_epochs_too_short_for_the_counter_have_no_joules_and_say_why():
@@ -157,23 +151,26 @@ def test_steady_epochs_too_short_for_the_counter_have_no_joules_and_say_why():
 
 
 class StepMeter:
-    """A counter that advances 10 J every time it is read."""
+    """A counter that advances 10 J every time it is read, and whose update period is
+    `period_s` (a nanosecond: any epoch spans enough of them)."""
 
-    def __init__(self):
-        self.total, self.period_started = 0.0, False
+    def __init__(self, period_s: float = 1e-9):
+        self.total, self.period_s, self.period_asked = 0.0, period_s, 0
 
     def joules(self) -> float:
         self.total += 10.0
         return self.total
 
-    def measure_update_period(self) -> None:
-        self.period_started = True
+    @property
+    def update_period_s(self) -> float:
+        self.period_asked += 1
+        return self.period_s
 
 
 def test_the_engine_records_each_epochs_joules_and_the_seeds_totals(
     tmp_path, tabular_dir, monkeypatch
 ):
-    from dmls.training import trainer
+    from dmls.training import job as trainer
 
     spec = make_spec(dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu",
                      epochs=3, batch_size=64, num_workers=0, seeds=2)  # fmt: skip
@@ -181,7 +178,8 @@ def test_the_engine_records_each_epochs_joules_and_the_seeds_totals(
     monkeypatch.setattr(energy.EnergyMeter, "open", classmethod(lambda c, g: (meter, None)))
     job = trainer.train(spec, tabular_dir, tmp_path, tmp_path / "job.pt")
     assert job["energy"]["measured"] and job["energy"]["reason"] is None
-    assert meter.period_started  # at the job's start, by the rank that writes the results
+    # Asked for by the rank that writes the results, which records it.
+    assert meter.period_asked > 0 and job["energy"]["update_period_s"] == 1e-9
     for seed in job["seeds"]:
         # Read before training, after it and after evaluation: 10 J apart each.
         assert [(h["train_energy_j"], h["eval_energy_j"]) for h in seed["history"]] == [
@@ -191,13 +189,29 @@ def test_the_engine_records_each_epochs_joules_and_the_seeds_totals(
             "train_energy_j": 30.0, "eval_energy_j": 30.0, "steady_epoch_energy_j": 10.0,
             "steady_epoch_energy_reason": None,
         }  # fmt: skip
-    combined = repeats.combine(job)
+    combined = record.combine(job)
     assert combined["summary"]["train_energy_j"]["mean"] == 30.0
     assert combined["history"][0]["train_energy_j"] == 10.0
 
 
+def test_the_engine_gives_no_steady_joules_for_epochs_too_short_for_the_period_and_says_why(
+    tmp_path, tabular_dir, monkeypatch
+):
+    from dmls.training import job as trainer
+
+    spec = make_spec(dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu",
+                     epochs=3, batch_size=64, num_workers=0)  # fmt: skip
+    meter = StepMeter(period_s=10.0)  # ten updates: 100 s, longer than these epochs
+    monkeypatch.setattr(energy.EnergyMeter, "open", classmethod(lambda c, g: (meter, None)))
+    (seed,) = trainer.train(spec, tabular_dir, tmp_path, tmp_path / "job.pt")["seeds"]
+    assert seed["energy"]["steady_epoch_energy_j"] is None
+    reason = seed["energy"]["steady_epoch_energy_reason"]
+    assert reason.startswith("epochs 2–3 trained for ")
+    assert reason.endswith("fewer than 10 of the energy counter's updates (every 10000 ms)")
+
+
 def test_a_cpu_run_records_why_it_has_no_energy(tmp_path, tabular_dir):
-    from dmls.training import trainer
+    from dmls.training import job as trainer
 
     spec = make_spec(dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu",
                      epochs=2, batch_size=64, num_workers=0)  # fmt: skip
@@ -220,7 +234,7 @@ def with_energy(metrics: dict, train_w: float, eval_w: float, period_s: float | 
         seed["energy"] = results.energy_summary(seed["history"], period_s)
     metrics["energy"] = {"measured": True, "reason": None, "counts": energy.COUNTS,
                          "update_period_s": period_s}  # fmt: skip
-    return metrics | repeats.combine(metrics)
+    return metrics | record.combine(metrics)
 
 
 def energy_study(target: float | None = 0.5, period_s: float | None = None) -> Study:

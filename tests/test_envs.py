@@ -21,4 +21,4 @@ def test_conda_env_pins_equal_requirements():
     env = yaml.safe_load((ROOT / "envs" / "pipeline.yaml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert pins(pip_section) == requirements
-    assert requirements["torch"] == "2.14.1" and requirements["torchvision"] == "0.29.1"
+    assert {"torch", "torchvision", "snakemake"} <= requirements.keys()  # each pinned (==)

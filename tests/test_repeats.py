@@ -1,11 +1,10 @@
 """A run's seeds in one job (config `seeds`): independent, resumable one by one, combined."""
 
-import json
-
 import pytest
 
 from conftest import make_spec
-from dmls.supervisor import repeats, supervise
+from dmls import record
+from dmls.supervisor import supervise
 
 EPOCH_KEYS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr")
 DDP = dict(
@@ -33,7 +32,7 @@ def test_each_seed_of_a_job_equals_a_job_that_trains_that_seed_alone(
 ):
     """Data order, weights, augmentation and DataLoader workers' streams all restart from the
     seed: nothing of seed 0 leaks into seed 1 (CPU, bitwise)."""
-    from dmls.training import trainer
+    from dmls.training import job as trainer
 
     if path == "workers":  # the course's DataLoader, with a worker process drawing its seed
         settings = dict(dataset="tabular", model={"name": "mlp", "hidden": 8}, loader="torch",
@@ -69,7 +68,7 @@ def test_no_earlier_seed_is_alive_when_the_next_seed_starts(tmp_path, tabular_di
     import gc
     import weakref
 
-    from dmls.training import trainer
+    from dmls.training import job as trainer
 
     earlier, alive_at_start = [], []
 
@@ -150,8 +149,8 @@ def test_a_job_killed_during_seed_2_keeps_seed_1_and_resumes_seed_2(
     assert sorted(p.name for p in run_dir.glob("model*.pt")) == ["model-seed0.pt", "model-seed1.pt"]
     rows = (run_dir / "history.csv").read_text().splitlines()
     assert rows[0].startswith("seed,epoch,") and len(rows) == 1 + 2 * 3
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["metrics_version"] == 2 and metrics["summary"]["seeds"] == 2
+    metrics = record.read(run_dir / "metrics.json")
+    assert record.seed_count(metrics) == 2 and metrics["summary"]["test_accuracy"]["n"] == 2
 
 
 def test_a_drill_for_a_seed_the_run_does_not_train_is_an_error(tmp_path, tabular_dir, monkeypatch):
@@ -165,47 +164,3 @@ def test_a_drill_for_a_seed_the_run_does_not_train_is_an_error(tmp_path, tabular
             spec, run_dir=tmp_path, data_dir=tabular_dir, log=log, threads=2,
             checkpoint_path=tmp_path / "c.pt",
         )  # fmt: skip
-
-
-def seed(value: float, time_s: float, epochs: int = 2, early: int | None = None) -> dict:
-    history = [
-        {"epoch": e + 1, "train_loss": value + e, "train_accuracy": value, "test_loss": value,
-         "test_accuracy": value, "train_time_s": time_s, "eval_time_s": 0.1, "lr": 0.01}
-        for e in range(epochs)
-    ]  # fmt: skip
-    return {
-        "seed": 0, "history": history,
-        "final": {"train_loss": value, "train_accuracy": value, "test_loss": value,
-                  "test_accuracy": value, "best_test_accuracy": value, "epochs_completed": epochs,
-                  "stopped_early_epoch": early, "diverged_epoch": None},
-        "timing": {"train_time_s": time_s * epochs, "first_epoch_s": time_s,
-                   "steady_epoch_s": time_s, "samples_per_s": 100 / time_s},
-        "peak_gpu_mem_allocated_bytes": None, "peak_gpu_mem_reserved_bytes": None,
-    }  # fmt: skip
-
-
-def test_combine_gives_means_intervals_and_the_mean_curve_over_the_seeds_that_trained_it():
-    result = repeats.combine({"seeds": [seed(0.5, 1.0), seed(0.7, 3.0, epochs=3, early=3)]})
-    summary = result["summary"]
-    assert summary["seeds"] == 2
-    accuracy = summary["test_accuracy"]
-    assert accuracy["mean"] == pytest.approx(0.6) and accuracy["n"] == 2
-    # Student t with 1 degree of freedom: t(0.975, 1) = 12.7062; s = 0.1414, s/√2 = 0.1.
-    assert accuracy["ci95"] == pytest.approx(12.7062 * 0.1, rel=1e-4)
-    assert summary["peak_gpu_mem_allocated_bytes"] is None  # a CPU run: no GPU memory
-    assert result["final"]["test_accuracy"] == pytest.approx(0.6)
-    assert result["final"]["stopped_early_epochs"] == [None, 3]
-    # Epoch 3 only the second seed trained: its mean is that seed's, without an interval.
-    third = result["history"][2]
-    assert third["seeds"] == 1 and third["train_loss"] == pytest.approx(2.7)
-    assert third["train_loss_ci95"] is None
-    assert result["history"][0]["seeds"] == 2
-    assert result["history"][0]["train_loss"] == pytest.approx(0.6)
-
-
-def test_one_seed_has_its_values_and_no_interval():
-    result = repeats.combine({"seeds": [seed(0.5, 2.0)]})
-    assert result["summary"]["test_accuracy"] == {
-        "mean": 0.5, "n": 1, "std": None, "ci95_low": None, "ci95_high": None, "ci95": None,
-    }  # fmt: skip
-    assert result["history"][1]["train_loss"] == 1.5

@@ -15,13 +15,13 @@ import yaml
 from matplotlib.container import ErrorbarContainer
 
 from conftest import ROOT, make_spec
+from dmls import record
+from dmls.config.studies import run_labels, varying_settings
 from dmls.files import write_json
 from dmls.report import captions, figures, observations, page, section, special
 from dmls.report.aggregate import collect, collect_seeds, summarize
 from dmls.report.cells import MIB, cell, epoch_seconds
-from dmls.report.study import ReportError, Study, run_labels, varying_settings
-from dmls.supervisor import repeats
-from dmls.supervisor.supervise import METRICS_VERSION
+from dmls.report.study import ReportError, Study
 
 
 def fake_metrics(
@@ -43,8 +43,8 @@ def fake_metrics(
     spec = make_spec(study=study, run=run, **spec_overrides).to_dict()
     processes = spec["nodes"] * spec["nproc_per_node"] if spec["launcher"] != "dp" else 1
     replicas = spec["nodes"] * spec["nproc_per_node"]
-    record = {
-        "metrics_version": METRICS_VERSION,
+    metrics = {
+        "metrics_version": record.VERSION,
         "study": study,
         "run": run,
         "status": status,
@@ -77,7 +77,7 @@ def fake_metrics(
         "launch": {"isolation": "host", "seconds": 100.0},
     }
     if status != "ok":
-        return record
+        return metrics
     epochs = spec["epochs"]
     history = history or [
         {
@@ -105,7 +105,10 @@ def fake_metrics(
         ]
     )
     # One seed per factor: each seed's numbers are the run's times its factor (1: one seed).
-    seeds = [fake_seed(k, history, samples_per_s, gpu_mib, f) for k, f in enumerate(spread)]
+    seeds = [
+        fake_seed(k, history, samples_per_s, gpu_mib, f, gpus=processes)
+        for k, f in enumerate(spread)
+    ]
     job = {
         "seeds": seeds,
         "timing": {
@@ -131,13 +134,19 @@ def fake_metrics(
             for r in range(processes)
         ],
     }
-    return record | repeats.combine(job)
+    return metrics | record.combine(job)
 
 
 def fake_seed(
-    seed: int, history: list[dict], samples_per_s: float, gpu_mib: float | None, factor: float
+    seed: int,
+    history: list[dict],
+    samples_per_s: float,
+    gpu_mib: float | None,
+    factor: float,
+    gpus: int = 1,
 ) -> dict:
-    """One seed's result (training/results.py `seed_result`), its numbers scaled by `factor`."""
+    """One seed's result (training/results.py `seed_result`), its numbers scaled by `factor`;
+    `gpus` GPUs peaked alike."""
     history = [
         {"eval_time_s": 1.0, "lr": 0.001}
         | h
@@ -171,6 +180,9 @@ def fake_seed(
         },
         "peak_gpu_mem_allocated_bytes": None if gpu_mib is None else gpu_mib * MIB * factor,
         "peak_gpu_mem_reserved_bytes": None if gpu_mib is None else 2 * gpu_mib * MIB * factor,
+        "peak_gpu_mem_allocated_per_gpu_bytes": (
+            [] if gpu_mib is None else [gpu_mib * MIB * factor] * gpus
+        ),
     }
 
 
@@ -282,14 +294,14 @@ def test_results_table_shows_each_mean_with_its_interval_and_one_seed_alone():
     assert single["First epoch (s)"] == "15.0 ± 3.73"  # 13.5, 15, 16.5 s: warm-up included
     assert single["Steady epoch (s)"] == "10.0 ± 2.48"
     assert single["Samples/s (steady epoch)"] == "1,007 ± 251"  # 1000 / 0.9, 1000, 1000 / 1.1
-    # Memory is the warm process's peak, the lowest seed's (aggregate.job_peaks): no interval.
+    # Memory is the warm process's peak, the lowest seed's (record.warm_peak): no interval.
     assert single["Peak GPU mem., max GPU (MiB)"] == "270.0"
     assert single["Epochs"] == "3"  # a count, no interval
     assert single["Peak RSS, max rank (MiB)"] == "2000.0"  # the job's, not per seed
     one = rows["dataparallel_2gpu"]
     assert one["Test acc. (%)"] == "79.60" and one["Steady epoch (s)"] == "10.0"
     frame = study.results_frame().set_index("run")
-    assert frame.at["single_gpu", "seeds"] == 3
+    assert frame.at["single_gpu", "n_seeds"] == 3
     assert frame.at["single_gpu", "test_accuracy_ci95"] == pytest.approx(0.198731, abs=1e-6)
     assert frame.at["single_gpu", "steady_epoch_s_ci95"] == pytest.approx(2.484138, abs=1e-6)
     assert pd.isna(frame.at["dataparallel_2gpu", "test_accuracy_ci95"])
@@ -384,16 +396,19 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
         fake_metrics("kept", epochs=3, spread=(1.2, 1.0, 1.0)),
     ]
     metrics[2]["seeds"][0]["kept"] = True
+    metrics[2] |= record.combine(metrics[2])
     study = Study.from_metrics("parallelism", {"baseline": "flat"}, metrics)
     frame = study.results_frame().set_index("run")
     assert frame.at["graph", "peak_gpu_mem_allocated_bytes"] == pytest.approx(300 * MIB)
-    assert pd.isna(frame.at["graph", "peak_gpu_mem_allocated_bytes_ci95"])
+    assert "peak_gpu_mem_allocated_bytes_ci95" not in frame.columns  # no interval
     row = summarize(metrics[1])  # runs.csv's row
     assert row["peak_gpu_mem_reserved_bytes"] == pytest.approx(600 * MIB)
     assert row["peak_gpu_mem_reserved_bytes_ci95"] is None
-    # The summary in metrics.json still describes the seeds: mean 320 MiB.
-    summary = metrics[1]["summary"]["peak_gpu_mem_allocated_bytes"]
-    assert summary["mean"] == pytest.approx(320 * MIB)
+    # metrics.json says the same as runs.csv: seed 1's peak, 120 MiB below seed 0's.
+    memory = metrics[1]["memory"]
+    assert memory["peak_gpu_mem_allocated_bytes"] == pytest.approx(300 * MIB)
+    assert memory["seed"] == 1 and memory["first_seed_excess_bytes"] == pytest.approx(60 * MIB)
+    assert "peak_gpu_mem_allocated_bytes" not in metrics[1]["summary"]
     assert study.seed_values("graph", "peak_gpu_mem_allocated_bytes") == [pytest.approx(300 * MIB)]
     assert observations.memory_per_job(study) == [
         "Peak GPU memory is each run's peak in a warm process, the lowest of its seeds' peaks, "
@@ -461,7 +476,7 @@ def test_a_study_with_seeds_builds_every_figure(tmp_path):
     for item in built["figures"] + built["curves"]:
         assert (tmp_path / item["file"]).read_bytes()[:4] == b"\x89PNG"
     csv = pd.read_csv(tmp_path / "results.csv")
-    assert list(csv["seeds"]) == [3, 3, 3] and csv["test_accuracy_ci95"].gt(0).all()
+    assert list(csv["n_seeds"]) == [3, 3, 3] and csv["test_accuracy_ci95"].gt(0).all()
 
 
 def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():
@@ -775,21 +790,19 @@ def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
 def test_a_damaged_metrics_file_is_named_with_how_to_rebuild_it(tmp_path):
     """Before: a truncated metrics.json failed the aggregation with a bare JSONDecodeError
     naming none of the files."""
-    from dmls.report.aggregate import MetricsError
-
     good = tmp_path / "a" / "metrics.json"
     write_json(good, fake_metrics("a"))
     cut = tmp_path / "b" / "metrics.json"
     cut.parent.mkdir()
     cut.write_text(good.read_text()[:200])
-    with pytest.raises(MetricsError) as err:
+    with pytest.raises(record.RecordError) as err:
         collect([good, cut])
     assert str(err.value).startswith(f"{cut} is not valid JSON (")
     assert str(err.value).endswith(
         f"cut short or changed; rebuild that run: snakemake --forcerun {cut}"
     )
     cut.write_text("{}")
-    with pytest.raises(MetricsError, match="lacks study, run, status, derived, spec; rebuild"):
+    with pytest.raises(record.RecordError, match=r"version None, this pipeline reads 3; rebuild"):
         collect([cut])
 
 
@@ -838,7 +851,7 @@ def test_a5_predicts_each_backends_all_reduce_from_the_collectives_sweep():
 def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_baseline(tmp_path):
     """single_gpu's seeds (×0.9, 1, 1.1 of 15/10/10 s epochs, 1 s of evaluation each; test
     accuracy 80% × epoch/3 × factor) reach 50% at epoch 3, 2, 2: after 34.5, 27 and 29.5 s.
-    The time is the warm process's, seeds 1 and 2 (study.timed_seeds); the epochs every
+    The time is the warm process's, seeds 1 and 2 (record.timed_seeds); the epochs every
     seed's."""
     metrics = [
         fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([15, 10, 10]),
@@ -881,7 +894,7 @@ def test_seeds_of_a_warm_process_are_each_seed_after_the_first_of_its_process():
     """A job killed during seed 2 and run again: seeds 0 and 1 were kept from the first
     process (0 cold, 1 warm), seed 2 is the new process's first (cold), seed 3 warm. A job of
     one seed, or of cold seeds only, times every seed."""
-    from dmls.report.study import timed_seeds, warm_seeds
+    from dmls.record import timed_seeds, warm_seeds
 
     def job(*kept):
         return {"seeds": [{"kept": k} for k in kept]}

@@ -9,11 +9,25 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from conftest import EXPECTED_RUNS, ROOT
+from conftest import ROOT, validated
+from dmls.config.spec import resolve_runs
 from dmls.files import read_json
 
 BIN = Path(sys.executable).parent
+
+
+def runs_per_study(config_file: Path) -> dict[str, int]:
+    """The runs a config resolves to, per study in config order (the .test config keeps the
+    default config's runs)."""
+    counts: dict[str, int] = {}
+    for spec in resolve_runs(validated(yaml.safe_load(config_file.read_text()))).values():
+        counts[spec.study] = counts.get(spec.study, 0) + 1
+    return counts
+
+
+EXPECTED_RUNS = runs_per_study(ROOT / "config" / "config.yaml")
 sys.path.insert(0, str(ROOT / "tools"))
 # Sections of the report, in order: A2 is drawn from A1's runs, right after it.
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
@@ -140,6 +154,84 @@ def test_replaced_data_files_are_prepared_again(tmp_path):
     np.save(source / "train_x.npy", arrays[0] + 1)
     again = snakemake(manifest, "-n", "--configfile", str(config))
     assert "prepare_data" in again.stdout and "updated input files" in again.stdout.lower()
+
+
+def planned_jobs(*args: str) -> dict[str, str]:
+    """Rule -> the reason of its job, as `snakemake -n *args` plans them (one job per rule)."""
+    out = snakemake("-n", *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs, rule = {}, None
+    for line in out.stdout.splitlines():
+        if m := re.match(r"rule (\w+):$", line):
+            rule = m[1]
+        elif rule and (m := re.match(r"\s+reason: (.*)$", line)):
+            jobs[rule], rule = m[1], None
+    return jobs
+
+
+def test_replaced_prepared_arrays_rerun_the_runs_that_read_them(tmp_path):
+    """The prepared arrays are an output of `prepare_data` and an input of the runs that read
+    them (a training run, B4's profiler), so Snakemake decides what reruns."""
+    import numpy as np
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"results_dir: {tmp_path}\n"
+        "data: {tabular: {synthetic: {n_train: 64, n_test: 32, seed: 0}}}\n"
+    )
+    settings = ("--configfile", str(config))
+    arrays = tmp_path / "data" / "tabular.npz"
+    out = snakemake(str(arrays), "--cores", "1", *settings)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # The run and the study, as if they had run: their outputs, marked up to date.
+    run = tmp_path / "runs" / "cluster_torchrun" / "n1xp1" / "metrics.json"
+    study = tmp_path / "studies" / "profiler"
+    time.sleep(1)  # outputs newer than the arrays
+    run.parent.mkdir(parents=True)
+    run.write_text("{}")
+    (study / "traces").mkdir(parents=True)
+    for name in ("summary.json", "modules.csv", "measurements.csv", "profile.png"):
+        (study / name).write_text("")
+    targets = (str(run), str(study / "summary.json"))
+    out = snakemake(*targets, "--touch", "--cores", "1", *settings)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert planned_jobs(*targets, *settings) == {}
+
+    time.sleep(1)  # a modification time Snakemake can tell apart
+    with np.load(arrays) as z:
+        replaced = {k: z[k] for k in z.files}
+    replaced["x_train"] = replaced["x_train"] + 1
+    np.savez(arrays, **replaced)
+    updated = f"Updated input files: {arrays}"
+    assert planned_jobs(*targets, *settings) == {
+        "train": updated, "profile_b_model": updated,
+    }  # fmt: skip
+
+    # Deleted, the arrays are prepared again before a run that must run reads them.
+    arrays.unlink()
+    again = planned_jobs(str(run), "--forcerun", "train", *settings)
+    assert again == {"prepare_data": f"Missing output files: {arrays}", "train": "Forced execution"}
+
+
+def test_a_run_on_data_that_cant_be_prepared_is_skipped_with_the_reason(tmp_path):
+    """CIFAR-10 can't be had here: its manifest says why and its arrays are an empty file,
+    both declared outputs, so the run that reads them is skipped with the manifest's reason."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"results_dir: {tmp_path}\ndata: {{cifar10: {{download: false}}}}\n"
+        "studies: {optimizer: {base: {dataset: cifar10}}}\n"
+    )
+    run = tmp_path / "runs" / "optimizer" / "sgd" / "metrics.json"
+    out = snakemake(
+        str(run), "--cores", "1", "--configfile", ".test/config.yaml", str(config), timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    manifest = read_json(tmp_path / "data" / "cifar10.json")
+    assert manifest["status"] == "unavailable" and "data.cifar10.archive" in manifest["reason"]
+    assert (tmp_path / "data" / "cifar10.npz").read_bytes() == b""
+    metrics = read_json(run)
+    assert metrics["status"] == "skipped"
+    assert metrics["reason"] == f"dataset cifar10 unavailable: {manifest['reason']}"
 
 
 def test_lint_is_clean():

@@ -1,23 +1,15 @@
-"""Python's bytecode cache for the processes the DAG starts (torch-free: the Snakefile and the
-bench scripts call it before anything imports torch).
+"""Python's bytecode cache for the processes a job starts: config `runtime.bytecode_cache`, off
+unless asked for. Torch-free: the Snakefile and the bench scripts use it before torch loads.
 
-A training job starts several Python processes (the launcher's agent, one per rank), and each
-imports torch, sympy and torch._dynamo: thousands of modules. Python keeps their compiled
-bytecode in `__pycache__` folders beside the sources, and a usual install has it (pip compiles
-at install time). Some environments have neither the files nor the right to write them:
-container images that set PYTHONDONTWRITEBYTECODE=1 and ship packages without their .pyc files,
-or read-only installs. There every process compiles every module it imports, again. Measured on
-a lent 2× H200 host (torch 2.11, Python 3.12, no .pyc in torch or sympy): `import torch` took
-3.3 s instead of 1.9 s with a cache, torchrun's agent 4.9 s instead of 2.1, torch._dynamo 4.1 s
-instead of 1.3, and a 15-epoch 2-GPU DDP job spent 16 s outside training instead of 10
-(bench/launch_overhead.py) -- a cost of the host's setup, not of the launcher studied.
+A job starts several Python processes (the launcher's agent, one per rank), each importing
+torch, sympy and torch._dynamo: thousands of modules. A usual install has their compiled
+bytecode beside the sources (pip compiles at install time). Some images ship packages without
+it and forbid writing it (PYTHONDONTWRITEBYTECODE=1, read-only installs); there every process
+compiles every module again, seconds per process (docs/performance.md, "Launch overhead").
+With the setting on, a job's processes get a cache of this user's (PYTHONPYCACHEPREFIX) and may
+write there; the user's own environment is never changed.
 
-`cache_bytecode(environ)`: when torch's bytecode is neither cached nor writable beside its
-sources, point PYTHONPYCACHEPREFIX at a cache of this user's and let Python write there. The
-sources' folders stay as they were (what PYTHONDONTWRITEBYTECODE usually protects). An
-environment that sets PYTHONPYCACHEPREFIX itself is left as it is.
-
-    python3 workflow/scripts/dmls/bytecode.py    # the shell lines that do the same (eval them)
+    eval "$(python3 workflow/scripts/dmls/bytecode.py)"   # the same for a shell's processes
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ import importlib.util
 import os
 import shlex
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 
 PACKAGE = "torch"  # the package every job imports and whose bytecode is checked
@@ -38,7 +30,7 @@ def default_cache() -> Path:
     return Path(home) / "dmls" / "pycache"
 
 
-def uncached(environ: MutableMapping[str, str], origin: str | None) -> bool:
+def uncached(environ: Mapping[str, str], origin: str | None) -> bool:
     """Whether the module whose source is `origin` has no bytecode beside it and none can be
     written there, in environment `environ` (without a PYTHONPYCACHEPREFIX of its own)."""
     if origin is None or not origin.endswith(".py") or environ.get("PYTHONPYCACHEPREFIX"):
@@ -50,28 +42,28 @@ def uncached(environ: MutableMapping[str, str], origin: str | None) -> bool:
     return bool(environ.get("PYTHONDONTWRITEBYTECODE")) or not os.access(source.parent, os.W_OK)
 
 
-def cache_bytecode(
-    environ: MutableMapping[str, str] = os.environ,
-    origin: str | None = None,
-    cache: Path | None = None,
-) -> str | None:
-    """Turn the bytecode cache on in `environ` (the processes it is passed to) when `origin`
-    (default: torch's `__init__.py`) has none; return what was done, or None."""
-    if not uncached(environ, origin or _package_origin()):
-        return None
+def environment(cache: Path | None = None) -> dict[str, str]:
+    """The variables a job's processes get with the setting on: a cache of their own, and
+    writing it allowed (an empty PYTHONDONTWRITEBYTECODE is unset for Python)."""
     cache = cache or default_cache()
     cache.mkdir(parents=True, exist_ok=True)
-    environ["PYTHONPYCACHEPREFIX"] = str(cache)
-    environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    return {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": ""}
+
+
+def advice(environ: Mapping[str, str] = os.environ, origin: str | None = None) -> str | None:
+    """With the setting off: what it would save here, where PACKAGE has no bytecode and may not
+    get any; None where it has."""
+    if not uncached(environ, origin or _package_origin()):
+        return None
     return (
-        f"{PACKAGE} has no compiled bytecode and none may be written beside it, so every process "
-        f"would compile its imports again (seconds per process): caching bytecode in {cache} "
-        "(PYTHONPYCACHEPREFIX)"
+        f"{PACKAGE} has no compiled bytecode and none may be written beside it: every process "
+        "of the DAG compiles its imports again (seconds per process). Cache it with "
+        "--config runtime='{bytecode_cache: true}'"
     )
 
 
 def describe() -> str:
-    """Where this process's imports find their bytecode (recorded with every run's host)."""
+    """Where this process's imports find their bytecode (the bench scripts print it)."""
     if sys.pycache_prefix:
         return f"cached in {sys.pycache_prefix}"
     flags = {"PYTHONDONTWRITEBYTECODE": "1" if sys.dont_write_bytecode else ""}
@@ -87,8 +79,6 @@ def _package_origin() -> str | None:
 
 
 if __name__ == "__main__":
-    changed: dict[str, str] = dict(os.environ)
-    if note := cache_bytecode(changed):
-        print(f"echo {shlex.quote(note)} >&2")
-        print(f"export PYTHONPYCACHEPREFIX={shlex.quote(changed['PYTHONPYCACHEPREFIX'])}")
-        print("unset PYTHONDONTWRITEBYTECODE")
+    if advice() is not None:
+        for name, value in environment().items():
+            print(f"export {name}={shlex.quote(value)}")

@@ -39,9 +39,13 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         raise
 
 
-def write_json(path: Path, data: Any) -> None:
+def json_text(data: Any) -> str:
     """Strict JSON: NaN and infinities (a diverged run's losses) are written as null."""
-    text = json.dumps(_finite(data), indent=2, allow_nan=False, default=str) + "\n"
+    return json.dumps(_finite(data), indent=2, allow_nan=False, default=str) + "\n"
+
+
+def write_json(path: Path, data: Any) -> None:
+    text = json_text(data)
     atomic_write(path, lambda f: f.write(text.encode()))
 
 

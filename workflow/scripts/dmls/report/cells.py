@@ -96,7 +96,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "effective_precision": str,
     "processes": str,
     "global_batch_size": str,
-    "seeds": fixed(".0f"),
+    "n_seeds": fixed(".0f"),
     "epochs_completed": fixed(".0f"),
     "train_accuracy": percent,
     "test_accuracy": percent,

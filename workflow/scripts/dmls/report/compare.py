@@ -24,10 +24,9 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from dmls import stats
+from dmls import record, stats
 from dmls.files import atomic_write
 from dmls.report import observations
-from dmls.report.aggregate import read_metrics
 from dmls.report.cells import FORMATS, cell
 from dmls.report.page import hosts
 from dmls.report.study import OK, Study
@@ -54,7 +53,7 @@ def load(folder: Path) -> dict[str, list[dict[str, Any]]]:
         raise CompareError(f"{folder}: no runs/<study>/<run>/metrics.json in it")
     by_study: dict[str, list[dict[str, Any]]] = {}
     for path in paths:
-        metrics = read_metrics(path)
+        metrics = record.read(path)
         by_study.setdefault(metrics["study"], []).append(metrics)
     return by_study
 

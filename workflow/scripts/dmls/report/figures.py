@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
+from dmls import record
 from dmls.files import save_figure
 from dmls.report.cells import MIB, missing
-from dmls.report.study import OK, Study, timed_seeds
+from dmls.report.study import OK, Study
 from dmls.stats import Comparison
-from dmls.supervisor.repeats import mean_history
 
 DPI = 110
 # Every figure of a study draws run i in colour i, so a run keeps its colour across figures.
@@ -179,11 +179,10 @@ def overlay(study: Study, path: Path) -> Path:
 def accuracy_over_time(study: Study, path: Path) -> Path:
     """Test accuracy against the training and evaluation time so far, the study's target
     accuracy as a line: how soon each run gets there. Means over the seeds the times to the
-    target come from (study.timed_seeds: those of a warm process), per epoch."""
+    target come from (record.timed_seeds: those of a warm process), per epoch."""
     fig, ax = plt.subplots(layout="constrained", figsize=(6.5, 3.6))
     for run in study.histories:
-        metrics = study.metrics[run]
-        history = pd.DataFrame(mean_history([metrics["seeds"][k] for k in timed_seeds(metrics)]))
+        history = pd.DataFrame(record.timed_history(study.metrics[run]))
         elapsed = (history["train_time_s"] + history["eval_time_s"]).cumsum()
         ax.plot(elapsed, 100 * history["test_accuracy"], marker="o", markersize=3,
                 color=_color(study, run), label=run)  # fmt: skip

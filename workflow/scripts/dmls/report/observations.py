@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -10,10 +9,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dmls import stats
-from dmls.comm import calls_ms, ddp_buckets, setup_rows
-from dmls.report.cells import MIB, joules, seconds
-from dmls.report.study import OK, Study, seeds_to_target, warm_seeds
+from dmls import record, stats
+from dmls.report.cells import MIB, joules
+from dmls.report.communication import communication
+from dmls.report.study import OK, Study
+from dmls.report.wording import in_s, minus, points_text, ratio_text
 
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
 # that epoch-to-epoch noise of a few parts per thousand is not called overfitting.
@@ -59,8 +59,8 @@ def versus_baseline(study: Study) -> list[str]:
     for run, (throughput, accuracy) in baseline_comparisons(study).items():
         row = study.runs.loc[run]
         parts = [
-            f"training throughput {ratio_text(throughput)}, {_s(row['train_time_s'])} vs "
-            f"{_s(base['train_time_s'])} of training for {_epochs(row)}",
+            f"training throughput {ratio_text(throughput)}, {in_s(row['train_time_s'])} vs "
+            f"{in_s(base['train_time_s'])} of training for {_epochs(row)}",
             f"test accuracy {_percent(row['test_accuracy'])} vs "
             f"{_percent(base['test_accuracy'])}, {points_text(accuracy)}",
         ]
@@ -156,7 +156,7 @@ def sweep(study: Study) -> list[str]:
     accuracy = _compare(stats.difference, study, last, first, "test_accuracy")
     lines.append(
         f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: training time "
-        f"{_s(ok.at[first, 'train_time_s'])} → {_s(ok.at[last, 'train_time_s'])}, "
+        f"{in_s(ok.at[first, 'train_time_s'])} → {in_s(ok.at[last, 'train_time_s'])}, "
         f"{ratio_text(time)}; test accuracy {_percent(ok.at[first, 'test_accuracy'])} → "
         f"{_percent(ok.at[last, 'test_accuracy'])}, {points_text(accuracy)}; the means are "
         f"{_trend(ok['test_accuracy'])}."
@@ -171,12 +171,11 @@ def warm_process(study: Study) -> list[str]:
     they match, every seed measures the same steady speed and the seeds' spread is fair."""
     parts, verdicts = [], {"match": [], "faster": [], "slower": [], "no interval": []}
     for run in study.ok.index:
-        # A kept seed trained in an earlier, killed process: it was not warm in this one.
-        seeds = [s for s in study.metrics[run]["seeds"] if not s["kept"]]
+        seeds = record.fresh_seeds(study.metrics[run])
         if len(seeds) < 2:
             continue
-        later = [t for seed in seeds[1:] for t in _steady_epochs(seed)]
-        ratio = stats.ratio(later, _steady_epochs(seeds[0]))
+        later = [t for seed in seeds[1:] for t in record.steady_epochs(seed)]
+        ratio = stats.ratio(later, record.steady_epochs(seeds[0]))
         if ratio is None:  # one epoch: no steady epochs
             continue
         parts.append(f"{run} {ratio_text(ratio)}")
@@ -212,22 +211,20 @@ def warm_process(study: Study) -> list[str]:
 
 
 def memory_per_job(study: Study) -> list[str]:
-    """What a run's peak GPU memory is (aggregate.job_peaks: the warm process's, the lowest of
+    """What a run's peak GPU memory is (record.warm_peak: the warm process's, the lowest of
     its seeds'), and by how much each job's first seed peaked above it: in graph and compiled
     steps (cudnn.benchmark on) the first seed of a process pays cuDNN's autotuning, the later
     ones reuse its plans; in eager steps the cause was not measured, and the line says so."""
     column = "peak_gpu_mem_allocated_bytes"
     if study.memory is None or study.memory[0] != column:
         return []
-    if not any(len(study.metrics[run]["seeds"]) > 1 for run in study.ok.index):
+    if not any(record.seed_count(study.metrics[run]) > 1 for run in study.ok.index):
         return []
     tuned, other = [], []
     for run, row in study.ok.iterrows():
-        # A kept seed trained in an earlier, killed process: it was not warm in this one.
-        seeds = study.metrics[run]["seeds"]
-        peaks = [s[column] for s in seeds if not s["kept"] and s[column] is not None]
-        if len(peaks) >= 2 and peaks[0] - min(peaks[1:]) >= 0.05 * MIB:
-            text = f"{run} {(peaks[0] - min(peaks[1:])) / MIB:.1f} MiB"
+        excess = study.metrics[run]["memory"]["first_seed_excess_bytes"]
+        if excess is not None and excess >= 0.05 * MIB:
+            text = f"{run} {excess / MIB:.1f} MiB"
             (tuned if str(row["step_mode"]).startswith("cuda_graph") else other).append(text)
     line = (
         "Peak GPU memory is each run's peak in a warm process, the lowest of its seeds' peaks, "
@@ -264,7 +261,7 @@ def compared_with(study: Study, other: Study) -> list[str]:
         accuracy = stats.difference(study.seed_values(run, "test_accuracy"),
                                     other.seed_values(run, "test_accuracy"))  # fmt: skip
         lines.append(
-            f"{run}: {_s(row['train_time_s'])} here vs {_s(theirs['train_time_s'])} in "
+            f"{run}: {in_s(row['train_time_s'])} here vs {in_s(theirs['train_time_s'])} in "
             f"{other.key}, {ratio_text(speed)} the speed; test accuracy {points_text(accuracy)}."
         )
     return lines
@@ -333,7 +330,7 @@ def generalization(study: Study) -> dict[str, Any] | None:
         rows.append(
             [
                 run,
-                _minus(f"{100 * (last['train_accuracy'] - last['test_accuracy']):.1f}"),
+                minus(f"{100 * (last['train_accuracy'] - last['test_accuracy']):.1f}"),
                 f"{last['test_loss'] - last['train_loss']:.4f}",
                 f"{int(best['epoch'])} of {int(last['epoch'])}",
                 f"{best['test_loss']:.4f} → {last['test_loss']:.4f}",
@@ -366,69 +363,6 @@ def generalization(study: Study) -> dict[str, Any] | None:
     }
 
 
-def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
-    """A5 explained: each finished DDP run's gradient all-reduce per epoch predicted from the
-    collectives sweep (DDP's buckets, one all-reduce each per optimizer step, none of it hidden
-    behind the backward), and, for runs that differ only in the backend, that prediction of the
-    gap against the measured one."""
-    if collectives is None or "backend" not in study.varying:
-        return []
-    swept = collectives.to_dict("records")
-    predicted: dict[str, float] = {}
-    lines = []
-    for run, row in study.ok.iterrows():
-        metrics = study.metrics[run]
-        spec, params = metrics["spec"], metrics.get("parameters")
-        world = spec["nodes"] * spec["nproc_per_node"]
-        if world < 2 or spec["launcher"] == "dp":
-            continue
-        if not params:
-            lines.append(
-                f"{run}: its metrics.json records no parameter count (written by an older "
-                "version): no communication predicted; rerun it to get one."
-            )
-            continue
-        device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
-        backend = spec["backend"]
-        per_step = calls_ms(
-            setup_rows(swept, backend, device, world),
-            [("all_reduce", b) for b in ddp_buckets(4 * params)],
-        )
-        if per_step is None:
-            lines.append(
-                f"{run}: the collectives sweep did not time {backend} all-reduces on {device} "
-                f"tensors between {world} processes: no prediction."
-            )
-            continue
-        micro = math.ceil(metrics["data"]["n_train"] / (spec["batch_size"] * world))
-        steps = math.ceil(micro / spec["grad_accum_steps"])
-        predicted[run] = steps * per_step / 1000
-        lines.append(
-            f"{run}: the collectives sweep puts one all-reduce of its {4 * params / MIB:.3g} MiB "
-            f"gradient ({backend}, {device} tensors, {world} processes, in DDP's buckets) at "
-            f"{per_step:.3g} ms; its {steps} steps per epoch make {_s(predicted[run])} of its "
-            f"steady {_s(row['steady_epoch_s'])} epoch, if none of it overlapped the backward."
-        )
-    for a, b in _backend_pairs(study, list(predicted)):
-        measured = stats.difference(_steady_values(study, a), _steady_values(study, b))
-        gap = predicted[a] - predicted[b]
-        share = f"; the all-reduce accounts for {gap / measured.value:.0%} of the gap" if (
-            measured.value > 0 and gap > 0) else ""  # fmt: skip
-        if measured.has_interval and measured.low <= gap <= measured.high:
-            share += ", and the prediction lies inside the measured interval"
-        elif measured.has_interval and gap > measured.high:
-            share += ": more than the gap, as DDP hides part of each all-reduce behind the backward"
-        elif measured.has_interval and gap > 0:
-            share += ": the rest of the gap is not the all-reduce"
-        interval = measured.has_interval and f"{_s(measured.low)} to {_s(measured.high)}"
-        lines.append(
-            f"{a} vs {b}: their steady epochs differ by "
-            f"{_with_interval(_s(measured.value), measured, interval)}, and the sweep predicts "
-            f"{_s(gap)} from the all-reduce alone{share}."
-        )
-    return lines
-
-
 def time_to_accuracy(study: Study) -> list[str]:
     """With a target accuracy: each finished run's time (and epochs) to reach it, against the
     baseline's as a ratio over the seeds; or how many of its seeds never did."""
@@ -448,7 +382,7 @@ def time_to_accuracy(study: Study) -> list[str]:
             )
             continue
         text = (
-            f"{run} reaches {level} in {_s(row['time_to_target_s'])} of training and "
+            f"{run} reaches {level} in {in_s(row['time_to_target_s'])} of training and "
             f"evaluation ({row['epochs_to_target']:.1f} epochs)"
         )
         if run != base and base_times is not None:
@@ -458,21 +392,18 @@ def time_to_accuracy(study: Study) -> list[str]:
 
 
 def _cold_seeds_to_target(study: Study) -> list[str]:
-    """Which seeds the times to the target come from (study.timed_seeds), and how much longer
+    """Which seeds the times to the target come from (record.timed_seeds), and how much longer
     each job's first seed took to get there: the process's one-time warm-up."""
     extra, cold_only = [], []
     for run in study.ok.index:
         metrics = study.metrics[run]
-        reached = seeds_to_target(metrics, study.target_accuracy)
-        warm = warm_seeds(metrics)
-        if None in reached:
+        if None in record.seeds_to_target(metrics, study.target_accuracy):
             continue
-        if not warm:
+        excess = record.cold_excess_to_target(metrics, study.target_accuracy)
+        if excess is None:
             cold_only.append(run)
-            continue
-        cold = [k for k in range(len(reached)) if k not in warm]
-        first = np.mean([reached[k][0] for k in cold]) - np.mean([reached[k][0] for k in warm])
-        extra.append(f"{run} {_s(first)}")
+        else:
+            extra.append(f"{run} {in_s(excess)}")
     lines = []
     if extra:
         lines.append(
@@ -521,27 +452,6 @@ def energy_use(study: Study) -> list[str]:
     return lines
 
 
-def _backend_pairs(study: Study, runs: list[str]) -> list[tuple[str, str]]:
-    """(slower backend's run, other run) for runs whose specs differ in the backend only."""
-
-    def key(run: str) -> str:
-        spec = {k: v for k, v in study.metrics[run]["spec"].items() if k not in ("run", "backend")}
-        return repr(sorted(spec.items()))
-
-    pairs = []
-    for i, a in enumerate(runs):
-        for b in runs[i + 1 :]:
-            if key(a) == key(b):
-                steady = study.runs.loc[[a, b], "steady_epoch_s"]
-                pairs.append((a, b) if steady[a] >= steady[b] else (b, a))
-    return pairs
-
-
-def _steady_values(study: Study, run: str) -> list[float]:
-    """Each seed's steady epoch (seconds)."""
-    return [s["timing"]["steady_epoch_s"] for s in study.metrics[run]["seeds"]]
-
-
 def all_observations(
     study: Study, other: Study | None = None, collectives: pd.DataFrame | None = None
 ) -> list[str]:
@@ -563,29 +473,6 @@ def _compare(
     return how(study.seed_values(run, metric), study.seed_values(reference, metric))
 
 
-def _with_interval(text: str, comparison: stats.Comparison, interval: str) -> str:
-    """A compared value with its 95% interval, saying so where the interval holds no effect."""
-    if not comparison.has_interval:
-        return text
-    noise = ", within seed noise" if comparison.within_noise else ""
-    return f"{text} (95% interval {interval}{noise})"
-
-
-def ratio_text(ratio: stats.Comparison) -> str:
-    """'1.62× (95% interval 1.55–1.70×)'."""
-    interval = ratio.has_interval and f"{ratio.low:.2f}–{ratio.high:.2f}×"
-    return _with_interval(f"{ratio.value:.2f}×", ratio, interval)
-
-
-def points_text(difference: stats.Comparison) -> str:
-    """A difference of accuracies in percentage points: '−0.9 points (95% interval −2.1 to
-    +0.3, within seed noise)'."""
-    interval = difference.has_interval and (
-        f"{_signed(100 * difference.low)} to {_signed(100 * difference.high)}"
-    )
-    return _with_interval(f"{_signed(100 * difference.value)} points", difference, interval)
-
-
 def _efficiency(speedup: stats.Comparison, ideal: float) -> str:
     """Speed-up over the ideal as a percentage, its interval the speed-up's scaled alike."""
     text = f"{100 * speedup.value / ideal:.0f}%"
@@ -598,20 +485,6 @@ def _efficiency(speedup: stats.Comparison, ideal: float) -> str:
     )
 
 
-def _steady_epochs(seed: dict[str, Any]) -> list[float]:
-    """A seed's training seconds of its epochs 2..E (the first also pays for warm-up)."""
-    return [epoch["train_time_s"] for epoch in seed["history"][1:]]
-
-
-def _signed(value: float) -> str:
-    return _minus(f"{value:+.1f}")
-
-
-def _minus(text: str) -> str:
-    """Numbers as typeset: a minus sign, not a hyphen."""
-    return text.replace("-", "−")
-
-
 def _percent(fraction: float) -> str:
     return f"{100 * fraction:.2f}%"
 
@@ -619,10 +492,6 @@ def _percent(fraction: float) -> str:
 def _epochs(row: pd.Series) -> str:
     n = int(row["epochs_completed"])
     return f"{n} epoch{'s' if n != 1 else ''}"
-
-
-def _s(value: float) -> str:
-    return f"{seconds(value)} s"
 
 
 def _workers(n: int) -> str:

@@ -21,9 +21,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import yaml
 
+from dmls import record
 from dmls.files import atomic_write, read_json
 from dmls.report import captions, special, timeline
-from dmls.report.aggregate import read_metrics
 from dmls.report.cells import FORMATS, MIB, cell, missing
 from dmls.report.study import OK
 
@@ -37,7 +37,7 @@ ALL_RUNS_COLUMNS = {
     "effective_precision": "precision (measured)",
     "processes": "processes",
     "global_batch_size": "global batch",
-    "seeds": "seeds",
+    "n_seeds": "seeds",
     "test_accuracy": "test acc. (%)",
     "train_accuracy": "train acc. (%)",
     "test_loss": "test loss",
@@ -246,7 +246,7 @@ def render(
     config: dict[str, Any],
     workflow_dir: Path,
 ) -> str:
-    metrics = [read_metrics(p) for p in metrics_paths]
+    metrics = [record.read(p) for p in metrics_paths]
     frame = pd.read_csv(runs_csv)
     texts = yaml.safe_load(Path(texts_path).read_text())
     figure_captions = captions.load(Path(template_dir) / "captions.yaml")

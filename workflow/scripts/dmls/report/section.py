@@ -7,9 +7,9 @@ from typing import IO, Any
 
 import pandas as pd
 
+from dmls import record
 from dmls.files import atomic_write, write_json
 from dmls.report import figures, observations
-from dmls.report.aggregate import read_metrics
 from dmls.report.study import Study
 
 
@@ -62,14 +62,14 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     study = Study.from_metrics(
         snakemake.wildcards.study,
         snakemake.params.settings,
-        [read_metrics(p) for p in snakemake.input.metrics],
+        [record.read(p) for p in snakemake.input.metrics],
     )
     other = None
     if snakemake.params.compare_with and snakemake.input.compared:
         other = Study.from_metrics(
             snakemake.params.compare_with,
             snakemake.params.compare_settings,
-            [read_metrics(p) for p in snakemake.input.compared],
+            [record.read(p) for p in snakemake.input.compared],
         )
     sweep = getattr(snakemake.input, "collectives", None)
     built = build(

@@ -8,10 +8,10 @@ from typing import Any
 
 import pandas as pd
 
-from dmls import stats
+from dmls import record, stats
+from dmls.config.studies import baseline_run, varying_settings
 from dmls.report import cells
 from dmls.report.aggregate import summarize
-from dmls.supervisor.repeats import MEMORY_METRICS, SUMMARY_METRICS, seed_value
 
 # Only finished runs have numbers in the report; the others show their status and reason.
 OK = "ok"
@@ -51,7 +51,7 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
 # The result columns shown with a 95% interval: the measured ones that every seed records
 # (not host RSS, the job's peak over its ranks; not the epoch count, which only varies with
 # early stopping).
-INTERVAL_COLUMNS = frozenset(SUMMARY_METRICS) - {"epochs_completed"}
+INTERVAL_COLUMNS = frozenset(record.SUMMARY_METRICS) - {"epochs_completed"}
 # With a study's `target_accuracy`: the time, epochs and GPU energy to reach it, with their
 # intervals.
 TARGET_COLUMNS = frozenset({"time_to_target_s", "epochs_to_target", "energy_to_target_j"})
@@ -63,11 +63,6 @@ ENERGY_COLUMNS: list[tuple[str, str]] = [
     ("steady_epoch_energy_j", "Steady epoch energy, GPUs (J)"),
     ("train_energy_j", "Training energy, GPUs (J)"),
 ]
-
-
-def baseline_run(settings: dict[str, Any], runs: Sequence[str]) -> str:
-    """The run a study's speed-ups are measured against: its `baseline`, else its first run."""
-    return settings.get("baseline") or runs[0]
 
 
 @dataclass(frozen=True)
@@ -192,37 +187,23 @@ class Study:
     def seed_values(self, run: str, metric: str) -> list[float | None]:
         """`run`'s value of `metric` in each of its seeds (what intervals and comparisons are
         computed from); a metric the seeds don't record (host RSS, the job's peak over its
-        ranks) or that has no seed noise (peak GPU memory: aggregate.job_peaks) is the run's
+        ranks) or that has no seed noise (peak GPU memory: record.warm_peak) is the run's
         one value."""
         if metric == WARM_ENERGY:
-            return self.timed_values(run, "train_energy_j")
-        if metric not in SUMMARY_METRICS or metric in MEMORY_METRICS:
+            return record.timed_values(self.metrics[run], "train_energy_j")
+        if metric not in record.SUMMARY_METRICS:
             return [self.runs.at[run, metric]]
-        return [seed_value(seed, metric) for seed in self.metrics[run]["seeds"]]
-
-    def timed_values(self, run: str, metric: str) -> list[float | None]:
-        """`seed_values` of the seeds that trained in a warm process (`timed_seeds`)."""
-        values = self.seed_values(run, metric)
-        return [values[k] for k in timed_seeds(self.metrics[run])]
+        return record.seed_values(self.metrics[run], metric)
 
     def seconds_to_target(self, run: str) -> list[float] | None:
-        """Each timed seed's time to the study's target accuracy (`timed_seeds`: those of a
-        warm process where the job has any), None unless every seed reached it (what the
-        time-to-accuracy comparisons are computed from)."""
-        return self._to_target_values(run, 0)
+        """Each timed seed's time to the study's target accuracy (record.timed_seeds), None
+        unless every seed reached it."""
+        return record.timed_to_target(self.metrics[run], self.target_accuracy, 0)
 
     def joules_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's GPU energy to the target accuracy, None unless every seed reached
         it with its energy measured."""
-        return self._to_target_values(run, 2)
-
-    def _to_target_values(self, run: str, i: int) -> list[float] | None:
-        metrics = self.metrics[run]
-        reached = seeds_to_target(metrics, self.target_accuracy)
-        if None in reached:
-            return None
-        values = [reached[k][i] for k in timed_seeds(metrics)]
-        return None if None in values else values
+        return record.timed_to_target(self.metrics[run], self.target_accuracy, 2)
 
     @property
     def energy_measured(self) -> bool:
@@ -264,7 +245,7 @@ class Study:
     def single_seed_runs(self) -> list[str]:
         """The finished runs that trained one seed: their numbers have no interval."""
         ok = self.ok
-        return [] if ok.empty else list(ok.index[ok["seeds"] == 1])
+        return [] if ok.empty else list(ok.index[ok["n_seeds"] == 1])
 
     @property
     def result_columns(self) -> list[tuple[str, str]]:
@@ -303,7 +284,7 @@ class Study:
         """The results as numbers (for CSV): numeric columns blank unless the run is `ok`, each
         mean over seeds followed by its interval's half-width (`<column>_ci95`)."""
         columns = ["run", "status", "reason", *(f"spec.{k}" for k in self.varying)]
-        numeric = ["seeds"]
+        numeric = ["n_seeds"]
         for column, _ in self.result_columns:
             if column not in ("device", "effective_precision", "seeds_to_target"):
                 with_ci = column in INTERVAL_COLUMNS | TARGET_COLUMNS
@@ -316,109 +297,27 @@ class Study:
         return frame
 
 
-def varying_settings(specs: Sequence[dict[str, Any]]) -> list[str]:
-    """Dotted spec keys whose value differs between these run specs (their order kept)."""
-    flat = pd.json_normalize([dict(spec) for spec in specs], sep=".")
-    flat = flat.drop(columns=["study", "run"], errors="ignore").map(cells.joined)
-    return [c for c in flat.columns if flat[c].nunique(dropna=False) > 1]
-
-
-def run_labels(specs: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """Per run: its name and the settings that vary in its study (Snakemake report labels)."""
-    keys = varying_settings(list(specs.values()))
-    flat = {run: pd.json_normalize(spec, sep=".").iloc[0] for run, spec in specs.items()}
-    return {run: {"run": run} | {k: cells.setting(flat[run][k]) for k in keys} for run in specs}
-
-
 def _ci95(row: pd.Series, column: str) -> float | None:
     """The half-width of the 95% interval of `column`'s mean, where the column shows one."""
     return row.get(f"{column}_ci95") if column in INTERVAL_COLUMNS | TARGET_COLUMNS else None
 
 
-def time_to_target(
-    history: list[dict[str, Any]], target: float
-) -> tuple[float, int, float | None] | None:
-    """(seconds, epochs, joules) until the first epoch whose test accuracy reaches `target`:
-    the training and evaluation time of the epochs up to it (the job's launch and setup are not
-    counted, as MLPerf's time-to-train starts with the run), and the GPUs' energy in them
-    (None unmeasured). None when no epoch reaches it."""
-    seconds, joules = 0.0, 0.0
-    for epoch in history:
-        seconds += epoch["train_time_s"] + epoch["eval_time_s"]
-        if joules is not None and "train_energy_j" in epoch:
-            joules += epoch["train_energy_j"] + epoch["eval_energy_j"]
-        else:
-            joules = None
-        if epoch["test_accuracy"] >= target:
-            return seconds, epoch["epoch"], joules
-    return None
-
-
-def seeds_to_target(
-    metrics: dict[str, Any], target: float
-) -> list[tuple[float, int, float | None] | None]:
-    """Each seed's (seconds, epochs, joules) to `target` (`time_to_target`), None where it
-    never got there."""
-    return [time_to_target(seed["history"], target) for seed in metrics["seeds"]]
-
-
 def _warm_energy(metrics: dict[str, Any]) -> dict[str, Any]:
-    """A run's GPU energy over the training in the seeds of a warm process (`timed_seeds`):
-    the first seed of a process also pays its warm-up, as it does to the target accuracy."""
-    if metrics["status"] != OK:
-        return {}
-    values = [seed_value(metrics["seeds"][k], "train_energy_j") for k in timed_seeds(metrics)]
-    estimate = None if None in values else stats.mean_interval(values)
+    """A run's GPU energy over the training in the seeds of a warm process (record.warm_energy)."""
+    estimate = record.warm_energy(metrics) if metrics["status"] == OK else None
     if estimate is None:
         return {}
     return {WARM_ENERGY: estimate.mean, f"{WARM_ENERGY}_ci95": estimate.half_width}
 
 
-def warm_seeds(metrics: dict[str, Any]) -> list[int]:
-    """The seeds that trained in a process that had trained an earlier seed: all but the first
-    of each process (a job killed and run again starts a new one: its kept seeds came from the
-    earlier process, the first seed it trains is cold)."""
-    seeds = metrics["seeds"]
-    return [k for k in range(1, len(seeds)) if seeds[k]["kept"] == seeds[k - 1]["kept"]]
-
-
-def timed_seeds(metrics: dict[str, Any]) -> list[int]:
-    """The seeds whose time and energy to the target accuracy are compared: those of a warm
-    process where the job has any, else every seed (one seed: it paid the warm-up).
-
-    The first seed of a process also pays, in its first epoch, what the process does once:
-    cuDNN's autotuning, loading kernels, compile caches. On 4x H200 (the example report) the
-    first epoch of `single_gpu` took 6.9 s in its first seed and 0.2 s in the next two, so the
-    times to a target reached in epoch 1 spread over 30× across the seeds of one run; a job of
-    one seed pays it in every seed alike. Seed k of a warm process, as the later seeds of every
-    run are, compares like with like."""
-    warm = warm_seeds(metrics)
-    return warm or list(range(len(metrics["seeds"])))
-
-
 def _to_target(metrics: dict[str, Any], target: float) -> dict[str, Any]:
-    """A run's time, epochs and energy to `target` (mean and 95% interval over its seeds,
-    numbers only when every seed reached it; time and energy over its `timed_seeds`) and how
-    many seeds did."""
-    if metrics["status"] != OK:
-        return {}
-    reached = seeds_to_target(metrics, target)
-    hits = [r for r in reached if r is not None]
-    row: dict[str, Any] = {"seeds_to_target": f"{len(hits)} of {len(reached)}"}
-    if len(hits) == len(reached):
-        timed = timed_seeds(metrics)
-        row["seeds_timed_to_target"] = len(timed)
-        for i, column in enumerate(("time_to_target_s", "epochs_to_target", "energy_to_target_j")):
-            values = [hits[k][i] for k in (range(len(hits)) if i == 1 else timed)]
-            if None not in values:  # (energy: None in a seed where it was not measured)
-                estimate = stats.mean_interval(values)
-                row |= {column: estimate.mean, f"{column}_ci95": estimate.half_width}
-    return row
+    """A run's time, epochs and energy to `target` (record.to_target), for a run that finished."""
+    return record.to_target(metrics, target) if metrics["status"] == OK else {}
 
 
 def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
-    """Peak allocated memory of every GPU of every rank, e.g. '312.1 / 313.8'."""
+    """Peak allocated memory of every GPU, rank by rank, e.g. '312.1 / 313.8', in the seed the
+    run's peak comes from (record.warm_peak)."""
     if metrics["status"] != OK:
         return None
-    gpus = [g for rank in metrics["ranks"] for g in rank["gpus"]]
-    return " / ".join(cells.mib(g["peak_gpu_mem_allocated_bytes"]) for g in gpus) or None
+    return " / ".join(cells.mib(b) for b in record.per_gpu_peaks(metrics) or []) or None

@@ -71,7 +71,6 @@ def run_row(m: dict[str, Any], benchmarks: Path | None = None) -> dict[str, Any]
         "ckpt_s": timing.get("checkpoint_time_s"),
         "teardown_s": timing.get("teardown_s"),
         "epochs": len(m.get("history") or []),
-        "bytecode": launch.get("python_bytecode"),
     }
 
 
@@ -172,17 +171,9 @@ def summary(rows: list[dict[str, Any]]) -> str:
         return ""
     span = max(r["end_s"] for r in rows)
     busy = sum(r["end_s"] - r["start_s"] for r in rows)
-    text = (
+    if not span:
+        return ""
+    return (
         f"{len(rows)} jobs over {span:.0f} s; their own times add up to {busy:.0f} s "
         f"({busy / span:.1f} jobs at a time on average)."
-        if span
-        else ""
     )
-    uncached = sum(str(r.get("bytecode") or "").startswith("not cached") for r in rows)
-    if uncached:
-        text += (
-            f" {uncached} run(s) started their processes without Python's bytecode cache: each "
-            "process compiled torch's modules again, seconds that are not the launcher's "
-            "(workflow/scripts/dmls/bytecode.py)."
-        )
-    return text

@@ -13,24 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import datetime as dt
 import os
 import re
-import shlex
 import signal
-import subprocess
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from filelock import FileLock, Timeout
 
 from dmls import bytecode
+from dmls import record as run_record
 from dmls.config.spec import RunSpec
-from dmls.data import datasets
-from dmls.files import read_json, write_json
-from dmls.supervisor import launch, repeats, slots
+from dmls.files import read_json
+from dmls.supervisor import launch, processes, slots
 from dmls.supervisor.hardware import (
     Host,
     describe,
@@ -43,14 +41,6 @@ from dmls.supervisor.slurm import SlurmError, SlurmJob
 from dmls.training.faults import ENV as FAULT_ENV
 from dmls.training.faults import Fault
 
-# 2: a run holds its seeds (`seeds`), their `summary`, and the mean `final` and `history`.
-METRICS_VERSION = 2
-HISTORY_COLUMNS = (
-    "seed", "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
-    "train_time_s", "eval_time_s", "lr", "train_energy_j", "eval_energy_j",
-)  # fmt: skip
-# How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
-STOP_GRACE_S = 15
 # How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
 # peer, which is a consequence of the failure, not its cause.
 LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|timeout", re.I)
@@ -59,6 +49,10 @@ LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|time
 ELASTIC_FAILURE = re.compile(
     r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M
 )
+
+
+# The config's `runtime` defaults (config/schemas/config.schema.yaml), for callers without one.
+DEFAULT_RUNTIME = {"bytecode_cache": False, "gc": "freeze"}
 
 
 class RunFailed(RuntimeError):
@@ -85,11 +79,12 @@ def run(
     strict: bool = False,
     isolation: str = "host",
     host_cache: Path | None = None,
+    runtime: Mapping[str, Any] = DEFAULT_RUNTIME,
 ) -> dict[str, Any]:
     """Run `spec`, resuming from `checkpoint_path` when it holds this spec's last finished
     epoch; write `<run_dir>/metrics.json` and return its content. The host is probed once per
     boot into `host_cache` (supervisor/hardware.py `host_facts`), or in this process when
-    None."""
+    None. `runtime` is the config's: how the job's Python processes run."""
     fault = Fault.from_env()  # a mistyped drill stops here, before anything starts
     if (
         fault
@@ -111,7 +106,7 @@ def run(
         host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
     )
     record: dict[str, Any] = {
-        "metrics_version": METRICS_VERSION,
+        "metrics_version": run_record.VERSION,
         "study": spec.study,
         "run": spec.run,
         "spec": spec.to_dict(),
@@ -144,7 +139,6 @@ def run(
         print(f"SKIPPED {spec.run_id}: {reason}", file=log, flush=True)
         return _finish(run_dir, record | {"status": "skipped", "reason": reason}, strict)
 
-    datasets.verify(data_dir, spec.dataset)
     # A local timed run holds its GPUs and cores, so runs can go side by side without sharing
     # either (dmls/supervisor/slots.py); in a Slurm job the allocation is the run's already.
     with contextlib.ExitStack() as held:
@@ -163,12 +157,15 @@ def run(
         port = slurm.rendezvous_port if srun else launch.free_port()
         worker_args = [
             "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-            "--checkpoint", str(checkpoint_path),
+            "--checkpoint", str(checkpoint_path), "--gc", runtime["gc"],
         ]  # fmt: skip
         commands = launch.build_commands(
             spec, worker_args, device=record["derived"]["device"], port=port, threads=threads,
             srun=srun,
         )  # fmt: skip
+        if runtime["bytecode_cache"]:
+            cache = bytecode.environment()
+            commands = [dataclasses.replace(c, env=c.env | cache) for c in commands]
         record["launch"] = {
             "commands": [c.argv for c in commands],
             "env": [c.env for c in commands],
@@ -177,8 +174,7 @@ def run(
             "isolation": isolation,
             "load_average_before": os.getloadavg(),
             "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
-            # Whether its processes compile their imports again (dmls/bytecode.py).
-            "python_bytecode": bytecode.describe(),
+            "runtime": dict(runtime),
         }
         exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
         record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
@@ -194,7 +190,7 @@ def run(
             # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
             return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
 
-        result = repeats.combine(read_json(run_dir / "worker.json"))
+        result = run_record.combine(read_json(run_dir / "worker.json"))
         (run_dir / "worker.json").unlink()
         _write_history(run_dir / "history.csv", result["seeds"])
         record = _finish(run_dir, record | result, strict)
@@ -242,60 +238,14 @@ def _start_and_wait(
     commands: list[launch.Command], log: IO[str], reservation: slots.Reservation | None = None
 ) -> tuple[list[int], float, int | None]:
     """Start every command (one per emulated node, or one srun), inside `reservation`'s GPUs
-    and cores when there is one, and wait for all; if one fails, stop the others rather than
-    let them wait for a peer that is gone. Returns the exit codes, the seconds taken and the
-    exit code of the first launcher that failed (None if none did)."""
-    reserved_env = reservation.environment() if reservation else {}
-
-    def in_child() -> None:
-        # If this supervisor dies (its job is cancelled), the launcher stops too.
-        launch.die_with_parent(signal.SIGTERM)
-        if reservation:
-            reservation.pin()
-
-    start = time.perf_counter()
-    procs = []
-    for command in commands:
-        # Quoted as a shell would need it, so the line can be pasted; nothing runs in a shell.
-        print("$ " + shlex.join(command.argv), file=log, flush=True)
-        procs.append(
-            subprocess.Popen(
-                command.argv,
-                env=os.environ | command.env | reserved_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, so it can be stopped whole
-                preexec_fn=in_child,
-            )
-        )
-    first_failure = None
-    while None in (codes := [proc.poll() for proc in procs]):
-        failed = [c for c in codes if c not in (None, 0)]
-        if failed and first_failure is None:
-            first_failure = failed[0]
-            _stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
-        time.sleep(0.2)
-    if first_failure is None:
-        first_failure = next((c for c in codes if c != 0), None)
-    return [int(c) for c in codes], time.perf_counter() - start, first_failure
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each launcher's process group; SIGKILL what is left after the grace period."""
-
-    def signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
-            os.killpg(proc.pid, sig)
-
-    for proc in procs:
-        signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            signal_group(proc, signal.SIGKILL)
-            proc.wait()
+    and cores when there is one, and wait for all (supervisor/processes.py: if one fails, the
+    others are stopped). Returns the exit codes, the seconds taken and the exit code of the
+    first launcher that failed (None if none did)."""
+    outcome = processes.start_and_wait(
+        commands, log, env=reservation.environment() if reservation else None,
+        in_child=reservation.pin if reservation else None,
+    )  # fmt: skip
+    return outcome.exit_codes, outcome.seconds, outcome.first_failure
 
 
 def _interruption(
@@ -376,14 +326,14 @@ def _elastic_exit_codes(launcher_output: str) -> dict[int, int]:
 def _write_history(path: Path, seeds: list[dict[str, Any]]) -> None:
     """Every seed's epochs, one row each."""
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=("seed", *run_record.HISTORY_COLUMNS))
         writer.writeheader()
         writer.writerows({"seed": s["seed"]} | row for s in seeds for row in s["history"])
 
 
 def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, Any]:
     record["finished_at"] = _now()
-    write_json(run_dir / "metrics.json", record)
+    run_record.write(run_dir / "metrics.json", record)
     if strict and record["status"] in ("skipped", "failed"):
         raise RunFailed(f"{record['study']}/{record['run']} {record['status']}: {record['reason']}")
     return record
@@ -409,4 +359,5 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         strict=snakemake.config["strict"],
         isolation=snakemake.config["isolation"],
         host_cache=results_dir / "hosts",
+        runtime=snakemake.config["runtime"],
     )

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import resource
 import socket
@@ -45,8 +44,6 @@ def rank_facts(
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         # ru_maxrss is in KiB on Linux; DataLoader workers are separate processes, not counted.
         "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        # Objects the garbage collector no longer walks (trainer._settle_collector).
-        "gc_frozen_objects": gc.get_freeze_count(),
     }
 
 
@@ -118,9 +115,10 @@ def seed_result(
             **epochs,
             "samples_per_s": throughput(n_train, epochs),
         },
-        # The largest over the job's GPUs (None on CPUs); each GPU's is in the run's `ranks`.
+        # The largest over the job's GPUs (None on CPUs), and each GPU's, rank by rank.
         "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
         "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
+        "peak_gpu_mem_allocated_per_gpu_bytes": allocated,
         # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
         "energy": energy_summary(history, energy_period_s),
         "effective_precision": "/".join(sorted(set(effective_precisions))),
@@ -153,7 +151,7 @@ def job_result(
     holds perf_counter stamps: `start`, `joined` (the process group), `fit_start` (the first
     seed's trainer built) and `fit_end` (the last seed done); `no_energy` why the GPUs' energy
     was not measured (energy.agree), None when it was. The supervisor adds the seeds'
-    means and intervals (dmls/supervisor/repeats.py)."""
+    means and intervals (dmls/record.py)."""
     diverged = [s for s in seeds if s["status"] != "ok"]
     first = seeds[0]
     return {

@@ -1,0 +1,147 @@
+"""dmls.record: the run record's schema, and the seeds combined in one place."""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from dmls import record
+from dmls.files import write_json
+from test_report import fake_metrics
+
+MIB = 2**20
+
+
+def seed(value: float, time_s: float, epochs: int = 2, early: int | None = None) -> dict:
+    history = [
+        {"epoch": e + 1, "train_loss": value + e, "train_accuracy": value, "test_loss": value,
+         "test_accuracy": value, "train_time_s": time_s, "eval_time_s": 0.1, "lr": 0.01}
+        for e in range(epochs)
+    ]  # fmt: skip
+    return {
+        "seed": 0, "status": "ok", "reason": None, "kept": False, "history": history,
+        "final": {"train_loss": value, "train_accuracy": value, "test_loss": value,
+                  "test_accuracy": value, "best_test_accuracy": value, "epochs_completed": epochs,
+                  "stopped_early_epoch": early, "diverged_epoch": None},
+        "timing": {"train_time_s": time_s * epochs, "first_epoch_s": time_s,
+                   "steady_epoch_s": time_s, "samples_per_s": 100 / time_s},
+        "peak_gpu_mem_allocated_bytes": None, "peak_gpu_mem_reserved_bytes": None,
+    }  # fmt: skip
+
+
+def test_combine_gives_means_intervals_and_the_mean_curve_over_the_seeds_that_trained_it():
+    result = record.combine({"seeds": [seed(0.5, 1.0), seed(0.7, 3.0, epochs=3, early=3)]})
+    summary = result["summary"]
+    accuracy = summary["test_accuracy"]
+    assert accuracy["mean"] == pytest.approx(0.6) and accuracy["n"] == 2
+    # Student t with 1 degree of freedom: t(0.975, 1) = 12.7062; s = 0.1414, s/√2 = 0.1.
+    assert accuracy["ci95"] == pytest.approx(12.7062 * 0.1, rel=1e-4)
+    assert result["memory"]["peak_gpu_mem_allocated_bytes"] is None  # a CPU run: no GPU memory
+    assert result["final"]["test_accuracy"] == pytest.approx(0.6)
+    assert result["final"]["stopped_early_epochs"] == [None, 3]
+    # Epoch 3 only the second seed trained: its mean is that seed's, without an interval.
+    third = result["history"][2]
+    assert third["n_seeds"] == 1 and third["train_loss"] == pytest.approx(2.7)
+    assert third["train_loss_ci95"] is None
+    assert result["history"][0]["n_seeds"] == 2
+    assert result["history"][0]["train_loss"] == pytest.approx(0.6)
+
+
+def test_one_seed_has_its_values_and_no_interval():
+    result = record.combine({"seeds": [seed(0.5, 2.0)]})
+    assert result["summary"]["test_accuracy"] == {
+        "mean": 0.5, "n": 1, "std": None, "ci95_low": None, "ci95_high": None, "ci95": None,
+    }  # fmt: skip
+    assert result["history"][1]["train_loss"] == 1.5
+
+
+def gpu_seed(k: int, peak_mib: float, per_gpu_mib: list[float], kept: bool = False) -> dict:
+    out = seed(0.5, 1.0) | {"seed": k, "kept": kept}
+    out["peak_gpu_mem_allocated_bytes"] = int(peak_mib * MIB)
+    out["peak_gpu_mem_reserved_bytes"] = int(2 * peak_mib * MIB)
+    out["peak_gpu_mem_allocated_per_gpu_bytes"] = [int(m * MIB) for m in per_gpu_mib]
+    return out
+
+
+def test_the_runs_peak_and_each_gpus_peak_come_from_the_same_seed():
+    """The largest GPU and the per-GPU column once came from different seeds (205.7 MiB
+    beside 250.2 / 250.2 in the example report's A3)."""
+    seeds = [gpu_seed(0, 250.2, [250.2, 250.0]), gpu_seed(1, 205.7, [205.7, 205.1]),
+             gpu_seed(2, 206.0, [206.0, 205.9])]  # fmt: skip
+    memory = record.combine({"seeds": seeds})["memory"]
+    assert memory["seed"] == 1
+    assert memory["peak_gpu_mem_allocated_bytes"] == int(205.7 * MIB)
+    assert memory["peak_gpu_mem_allocated_per_gpu_bytes"] == [int(205.7 * MIB), int(205.1 * MIB)]
+    # The first seed paid cuDNN's autotuning: its excess over the later seeds' lowest.
+    assert memory["first_seed_excess_bytes"] == int(250.2 * MIB) - int(205.7 * MIB)
+
+
+def test_a_kept_seed_is_not_the_first_seed_of_this_process():
+    seeds = [gpu_seed(0, 300, [300], kept=True), gpu_seed(1, 280, [280]), gpu_seed(2, 250, [250])]
+    memory = record.combine({"seeds": seeds})["memory"]
+    assert memory["first_seed_excess_bytes"] == int(280 * MIB) - int(250 * MIB)
+    assert record.warm_seeds({"seeds": seeds}) == [2]
+    assert record.timed_seeds({"seeds": seeds[:2]}) == [0, 1]  # no warm seed: every seed
+
+
+def test_value_gives_the_mean_with_its_interval_and_memory_without_one():
+    metrics = fake_metrics("a", spread=(0.9, 1.0, 1.1))
+    mean, half = record.value(metrics, "test_accuracy")
+    assert mean == pytest.approx(metrics["summary"]["test_accuracy"]["mean"]) and half > 0
+    peak, none = record.value(metrics, "peak_gpu_mem_allocated_bytes")
+    assert peak == pytest.approx(270 * MIB) and none is None
+
+
+def test_a_valid_record_is_written_and_read_back(tmp_path):
+    metrics = fake_metrics("a", spread=(0.9, 1.0))
+    record.write(tmp_path / "metrics.json", metrics)
+    assert record.read(tmp_path / "metrics.json")["run"] == "a"
+    skipped = fake_metrics("b", "skipped")
+    record.write(tmp_path / "skipped.json", skipped)
+    assert record.read(tmp_path / "skipped.json")["reason"].startswith("b could not run")
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (lambda m: m.pop("seeds"), "(top): 'seeds' is a required property"),
+        (lambda m: m.update(status="weird"), "status: 'weird' is not one of"),
+        (lambda m: m["seeds"][0]["final"].update(test_accuracy="99%"),
+         "seeds/0/final/test_accuracy: '99%' is not of type 'number', 'null'"),
+        (lambda m: m["seeds"][0]["history"].__setitem__(0, "epoch 1"),
+         "seeds/0/history/0: 'epoch 1' is not of type 'object'"),
+        (lambda m: m["seeds"][0]["history"][0].update(test_accuracy=1.5),
+         "seeds/0/history/0/test_accuracy: 1.5 is greater than the maximum of 1"),
+        (lambda m: m.update(metrics_version=2), "metrics version 2, this pipeline reads 3"),
+    ],
+)  # fmt: skip
+def test_a_parseable_but_damaged_record_is_named_with_what_is_wrong(tmp_path, damage, named):
+    metrics = copy.deepcopy(fake_metrics("a", spread=(0.9, 1.0)))
+    damage(metrics)
+    path = tmp_path / "metrics.json"
+    write_json(path, metrics)
+    with pytest.raises(record.RecordError) as err:
+        record.read(path)
+    assert str(err.value).startswith(f"{path}: ")
+    assert named in str(err.value)
+    assert str(err.value).endswith(f"rebuild that run: snakemake --forcerun {path}")
+
+
+def test_a_writer_that_breaks_the_schema_fails_before_the_file_is_written(tmp_path):
+    metrics = fake_metrics("a")
+    metrics["status"] = "finished"
+    with pytest.raises(record.RecordError, match="breaks its schema: status: 'finished'"):
+        record.write(tmp_path / "metrics.json", metrics)
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_the_record_module_imports_neither_torch_nor_pandas():
+    code = (
+        "import sys; sys.path.insert(0, 'workflow/scripts'); import dmls.record; "
+        "print(sorted(m for m in ('torch', 'pandas', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

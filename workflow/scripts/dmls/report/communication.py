@@ -1,0 +1,96 @@
+"""A5 explained: how much of a DDP run's steady epoch its gradient all-reduces take, predicted
+from the collectives sweep of the same results folder, against the gap measured between runs
+that differ only in the backend."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from dmls import stats
+from dmls.comm import calls_ms, ddp_buckets, setup_rows
+from dmls.report.cells import MIB
+from dmls.report.study import Study
+from dmls.report.wording import in_s, with_interval
+
+
+def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
+    """A5 explained: each finished DDP run's gradient all-reduce per epoch predicted from the
+    collectives sweep (DDP's buckets, one all-reduce each per optimizer step, none of it hidden
+    behind the backward), and, for runs that differ only in the backend, that prediction of the
+    gap against the measured one."""
+    if collectives is None or "backend" not in study.varying:
+        return []
+    swept = collectives.to_dict("records")
+    predicted: dict[str, float] = {}
+    lines = []
+    for run, row in study.ok.iterrows():
+        metrics = study.metrics[run]
+        spec, params = metrics["spec"], metrics.get("parameters")
+        world = metrics["derived"]["processes"]  # (DataParallel: one process, no all-reduce)
+        if world < 2:
+            continue
+        if not params:
+            lines.append(
+                f"{run}: its metrics.json records no parameter count (written by an older "
+                "version): no communication predicted; rerun it to get one."
+            )
+            continue
+        device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
+        backend = spec["backend"]
+        per_step = calls_ms(
+            setup_rows(swept, backend, device, world),
+            [("all_reduce", b) for b in ddp_buckets(4 * params)],
+        )
+        if per_step is None:
+            lines.append(
+                f"{run}: the collectives sweep did not time {backend} all-reduces on {device} "
+                f"tensors between {world} processes: no prediction."
+            )
+            continue
+        micro = math.ceil(metrics["data"]["n_train"] / (spec["batch_size"] * world))
+        steps = math.ceil(micro / spec["grad_accum_steps"])
+        predicted[run] = steps * per_step / 1000
+        lines.append(
+            f"{run}: the collectives sweep puts one all-reduce of its {4 * params / MIB:.3g} MiB "
+            f"gradient ({backend}, {device} tensors, {world} processes, in DDP's buckets) at "
+            f"{per_step:.3g} ms; its {steps} steps per epoch make {in_s(predicted[run])} of its "
+            f"steady {in_s(row['steady_epoch_s'])} epoch, if none of it overlapped the backward."
+        )
+    for a, b in _backend_pairs(study, list(predicted)):
+        measured = stats.difference(
+            study.seed_values(a, "steady_epoch_s"), study.seed_values(b, "steady_epoch_s")
+        )
+        gap = predicted[a] - predicted[b]
+        share = f"; the all-reduce accounts for {gap / measured.value:.0%} of the gap" if (
+            measured.value > 0 and gap > 0) else ""  # fmt: skip
+        if measured.has_interval and measured.low <= gap <= measured.high:
+            share += ", and the prediction lies inside the measured interval"
+        elif measured.has_interval and gap > measured.high:
+            share += ": more than the gap, as DDP hides part of each all-reduce behind the backward"
+        elif measured.has_interval and gap > 0:
+            share += ": the rest of the gap is not the all-reduce"
+        interval = measured.has_interval and f"{in_s(measured.low)} to {in_s(measured.high)}"
+        lines.append(
+            f"{a} vs {b}: their steady epochs differ by "
+            f"{with_interval(in_s(measured.value), measured, interval)}, and the sweep predicts "
+            f"{in_s(gap)} from the all-reduce alone{share}."
+        )
+    return lines
+
+
+def _backend_pairs(study: Study, runs: list[str]) -> list[tuple[str, str]]:
+    """(slower backend's run, other run) for runs whose specs differ in the backend only."""
+
+    def key(run: str) -> str:
+        spec = {k: v for k, v in study.metrics[run]["spec"].items() if k not in ("run", "backend")}
+        return repr(sorted(spec.items()))
+
+    pairs = []
+    for i, a in enumerate(runs):
+        for b in runs[i + 1 :]:
+            if key(a) == key(b):
+                steady = study.runs.loc[[a, b], "steady_epoch_s"]
+                pairs.append((a, b) if steady[a] >= steady[b] else (b, a))
+    return pairs
