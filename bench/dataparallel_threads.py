@@ -5,7 +5,7 @@
 
 Stock nn.DataParallel runs its replicas' forwards on new threads every step; cuDNN caches its
 convolution execution plans per thread, so each step builds them again. `replica_threads:
-persistent` (dmls/training/parallel.py, ThreadedDataParallel) runs the first GPU's replica
+persistent` (dmls/training/threaded_dp.py, ThreadedDataParallel) runs the first GPU's replica
 on the calling thread and each other GPU's on a thread of its own that lives as long as the
 model, and keeps the replicas whole between steps (PersistentReplicas: each step copies the
 weights in, and the backward ends by summing their gradients onto GPU 0). Each row

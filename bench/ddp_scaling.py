@@ -13,7 +13,7 @@ epochs, and reports:
 - for two processes: one all-reduce of a buffer the size of the gradients, alone (µs).
 Two-process variants are compared with the one-process run of the same step (graph or
 compile). Some change DDP's own settings (see VARIANTS), to measure them before the engine
-adopts them; so far none beat its defaults (README, "What limits DDP").
+adopts them; so far none beat its defaults (docs/performance.md, "What limits DDP").
 """
 
 from __future__ import annotations

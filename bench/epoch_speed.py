@@ -4,7 +4,7 @@
     python3 bench/epoch_speed.py --accuracy-data DIR [--out ...]      # + Fashion-MNIST accuracy
     python3 bench/epoch_speed.py --device cpu --n-train 512 --epochs 1  # the CPU path (CI)
 
-Every row is one training of the pipeline's own engine (dmls.training.trainer.train, the DAG's
+Every row is one training of the pipeline's own engine (dmls.training.job.train, the DAG's
 runs), with the A1 settings of config/config.yaml (3-conv CNN, AdamW + OneCycle, random crop
 and flip) on a synthetic CIFAR-shaped set (uint8 3×32×32, 50,000 training images: CIFAR-10
 itself can't be fetched everywhere, and speed doesn't depend on the pixels). Single-GPU rows

@@ -12,7 +12,8 @@ gpu_host_setup() {
   fi
   python3 -c "import scipy.stats" || { echo "python3 lacks scipy: carry its wheel in .whl/"; return 1; }
   # The lent hosts set PYTHONDONTWRITEBYTECODE=1 and their torch has no .pyc files: without a
-  # cache every process compiles torch's modules again (dmls/bytecode.py says what it costs).
+  # cache every process compiles torch's modules again (config runtime.bytecode_cache does the same
+  # for a DAG run by hand; docs/performance.md says what it costs).
   eval "$(python3 workflow/scripts/dmls/bytecode.py)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$1/gpu.txt"
   python3 -c "import os, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,

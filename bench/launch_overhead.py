@@ -56,8 +56,8 @@ PROCESSES = {
     "import torch": "import torch",
     "import torch, torch._dynamo": "import torch, torch._dynamo",
     "torchrun agent's import": "import torch.distributed.run",
-    "worker's imports": "from dmls.training import trainer",
-    "worker's imports, torch._dynamo": "from dmls.training import trainer; import torch._dynamo",
+    "worker's imports": "from dmls.training import job",
+    "worker's imports, torch._dynamo": "from dmls.training import job; import torch._dynamo",
     "import torch, CUDA context": "import torch; torch.zeros(1, device='cuda')",
     "import torch, CUDA context, torch._dynamo": (
         "import torch; torch.zeros(1, device='cuda'); import torch._dynamo"
@@ -105,7 +105,7 @@ def processes(repeats: int) -> list[dict[str, Any]]:
 def import_profile(top: int = 12) -> list[tuple[str, float]]:
     """Seconds of import self time per top-level package (torch split one level further)."""
     env = os.environ | {"PYTHONPATH": f"{SCRIPTS}:{os.environ.get('PYTHONPATH', '')}"}
-    code = "from dmls.training import trainer; import torch._dynamo"
+    code = "from dmls.training import job; import torch._dynamo"
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env,
                           capture_output=True, text=True, check=True)  # fmt: skip
     totals: dict[str, float] = defaultdict(float)

@@ -1,5 +1,5 @@
 """bench/epoch_speed.py's CPU path on tiny data, so the benchmark can't rot (its numbers are
-meaningless here; the GPU table is in the README)."""
+meaningless here; the GPU tables are in docs/performance.md)."""
 
 import json
 import subprocess
