@@ -121,7 +121,8 @@ class RunSpec:
     def cpu_shares(self) -> int:
         """Processes' worth of CPU cores the run gets (`cluster.cpus_per_process` each): one per
         process, and for DataParallel one per GPU its one process drives, so that A1 compares
-        launchers with the same cores per GPU (docs/performance.md, "The whole DAG on one GPU machine")."""
+        launchers with the same cores per GPU (docs/performance.md, "The whole DAG on one GPU
+        machine")."""
         return self.replicas if self.replicates_in_one_process else self.processes
 
     @property
