@@ -8,7 +8,7 @@ import pytest
 
 from conftest import make_spec
 from dmls.files import write_json
-from dmls.supervisor import supervise
+from dmls.supervisor import processes, supervise
 from dmls.training.faults import Fault
 
 DDP = dict(
@@ -88,7 +88,7 @@ def test_the_reason_names_the_rank_that_failed_not_the_peers_that_lost_it(tmp_pa
             write_json(
                 tmp_path / f"error-rank{rank}.json", {"rank": rank, "time": time_s, "error": error}
             )
-        return supervise._failure_reason(tmp_path, [1], output)
+        return processes.failure_reason(tmp_path, [1], output, "train.log")
 
     killed = "rank 1 was killed by SIGKILL without a Python error (see the end of train.log)"
     # Whether rank 0 noticed the lost peer before torchrun stopped it is a race: either way.

@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 
-from conftest import EXPECTED_RUNS, ROOT, make_spec, validated
+from conftest import ROOT, make_spec, validated
 from dmls.config.spec import SpecError, check_config, load_schema, resolve_runs
 
 
@@ -27,13 +27,17 @@ def test_every_schema_key_has_description_and_default():
     walk(load_schema(), "config")
 
 
-def test_default_config_expands_to_every_study():
-    runs = resolve_runs(default_config())
+def test_default_config_expands_to_every_study_and_each_of_its_runs():
+    config = default_config()
+    runs = resolve_runs(config)
     per_study = {}
     for run_id in runs:
-        study = run_id.split("/")[0]
-        per_study[study] = per_study.get(study, 0) + 1
-    assert per_study == EXPECTED_RUNS
+        study, run = run_id.split("/")
+        per_study.setdefault(study, []).append(run)
+    assert list(per_study) == list(config["studies"])
+    for study, settings in config["studies"].items():
+        if settings.get("runs"):  # (a grid study expands nodes x processes instead)
+            assert per_study[study] == list(settings["runs"])
 
 
 def test_layers_merge_defaults_then_study_then_run():
@@ -65,7 +69,7 @@ def test_cpu_preset_and_test_config_merge_over_the_default():
         with open(ROOT / overlay) as f:
             update_config(config, yaml.safe_load(f))
         runs = resolve_runs(validated(config))
-        assert len(runs) == sum(EXPECTED_RUNS.values())
+        assert list(runs) == list(resolve_runs(default_config()))
         assert runs["optimizer/sgd"].device == ("cuda" if "fashion" in overlay else "cpu")
         assert runs["backend/nccl_b32"].backend == "nccl"  # stays, to be reported as skipped
 

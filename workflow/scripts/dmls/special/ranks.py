@@ -57,11 +57,8 @@ def run(
             f"collective?); their output is in {log_path}"
         )
     if not outcome.ok:
-        # Imported here, not by the ranks that import this module: the supervisor's imports
-        # take seconds (scipy, through dmls.record).
-        from dmls.supervisor.supervise import _failure_reason
-
-        reason = _failure_reason(folder, outcome.exit_codes, log_path.read_text(errors="replace"))
+        output = log_path.read_text(errors="replace")
+        reason = processes.failure_reason(folder, outcome.exit_codes, output, LOG)
         raise RanksFailed(f"{reason} (their output is in {log_path})")
     shutil.rmtree(folder)
     with contextlib.suppress(OSError):  # other groups' folders are left there

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import torch
 
+from dmls import bytecode
 from dmls.files import read_json, write_json
 from dmls.special import (
     collectives,
@@ -119,6 +120,9 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         # Load the extension the build job compiled (rules/studies.smk) instead of compiling
         # it again while this study holds a GPU.
         os.environ["TORCH_EXTENSIONS_DIR"] = record["build_root"]
+    if snakemake.config["runtime"]["bytecode_cache"]:
+        # This job's own environment, which the ranks it starts inherit (dmls/bytecode.py).
+        os.environ.update(bytecode.environment())
     timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
     with contextlib.ExitStack() as held:
         if timed:

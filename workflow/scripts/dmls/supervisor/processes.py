@@ -11,8 +11,10 @@ leaves (`error-rank<N>.json`, as train.py's ranks leave theirs) for the reason t
 from __future__ import annotations
 
 import contextlib
+import errno
 import faulthandler
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -21,11 +23,19 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from dmls.files import write_json
+from dmls.files import read_json, write_json
 from dmls.supervisor.launch import Command, die_with_parent
 
+# How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
+# peer, which is a consequence of the failure, not its cause.
+LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|timeout", re.I)
+# How torchrun and accelerate launch (torch.distributed.elastic) list a failed rank in the
+# summary that ends their output: "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: …".
+ELASTIC_FAILURE = re.compile(
+    r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M
+)
 # How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
 STOP_GRACE_S = 15
 POLL_S = 0.2
@@ -138,6 +148,56 @@ def as_rank(reports: Path) -> Iterator[int]:
                 "time": time.time(),
                 "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(),
+                # No result, yet nothing wrong with the run: a rerun resumes (a full disk).
+                "resumable": getattr(exc, "resumable", False)
+                or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC),
             },
         )
         raise
+
+
+def error_reports(run_dir: Path) -> list[dict[str, Any]]:
+    """The errors the ranks reported (`as_rank`'s error-rank<N>.json), first first."""
+    return sorted((read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"])
+
+
+def failure_reason(
+    reports_dir: Path, exit_codes: list[int], launcher_output: str, log_name: str
+) -> str:
+    """The cause, not its consequences: when one rank fails, its peers fail too (a lost
+    connection, a timeout) or are stopped by the launcher (SIGTERM) without a word. The ranks'
+    reports are in `reports_dir`; `launcher_output` is the log named `log_name`."""
+    reports = error_reports(reports_dir)
+    causes = [r for r in reports if not LOST_PEER.search(r["error"])]
+    if causes:
+        return f"rank {causes[0]['rank']} raised {causes[0]['error']}"
+    then = f"; then rank {reports[0]['rank']} raised {reports[0]['error']}" if reports else ""
+    # A rank killed by a signal or crashed in native code leaves no report: the launcher's
+    # summary says how it ended.
+    silent = {
+        rank: code
+        for rank, code in elastic_exit_codes(launcher_output).items()
+        if rank not in {r["rank"] for r in reports} and code != -signal.SIGTERM
+    }
+    if silent:
+        rank, code = min(silent.items())
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code < 0
+            else f"exited with code {code}"
+        )
+        return f"rank {rank} {how} without a Python error (see the end of {log_name}){then}"
+    if reports:
+        return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
+    if any(exit_codes):
+        return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
+    return "every process exited 0 but rank 0 wrote no result (see log)"
+
+
+def elastic_exit_codes(launcher_output: str) -> dict[int, int]:
+    """rank -> exit code of each failed rank in the summary torchrun and accelerate launch
+    (torch.distributed.elastic) print when a rank fails."""
+    codes: dict[int, int] = {}
+    for rank, code in ELASTIC_FAILURE.findall(launcher_output):
+        codes.setdefault(int(rank), int(code))
+    return codes

@@ -16,7 +16,6 @@ import csv
 import dataclasses
 import datetime as dt
 import os
-import re
 import signal
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -40,16 +39,6 @@ from dmls.supervisor.hardware import (
 from dmls.supervisor.slurm import SlurmError, SlurmJob
 from dmls.training.faults import ENV as FAULT_ENV
 from dmls.training.faults import Fault
-
-# How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
-# peer, which is a consequence of the failure, not its cause.
-LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|timeout", re.I)
-# How torchrun and accelerate launch (torch.distributed.elastic) list a failed rank in the
-# summary that ends their output: "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: …".
-ELASTIC_FAILURE = re.compile(
-    r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M
-)
-
 
 # The config's `runtime` defaults (config/schemas/config.schema.yaml), for callers without one.
 DEFAULT_RUNTIME = {"bytecode_cache": False, "gc": "freeze"}
@@ -185,7 +174,9 @@ def run(
             raise RunInterrupted(interrupted)
         if any(exit_codes) or not (run_dir / "worker.json").exists():
             launcher_output = Path(log.name).read_text(errors="replace")
-            reason = _failure_reason(run_dir, exit_codes, launcher_output)
+            reason = processes.failure_reason(
+                run_dir, exit_codes, launcher_output, Path(log.name).name
+            )
             print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
             # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
             return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
@@ -276,51 +267,7 @@ def _interruption(
 def _resumable_error(run_dir: Path) -> dict[str, Any] | None:
     """The first error a rank reported that leaves the run to resume, not failed (a full disk:
     training/checkpoint.py `DiskFull`), or None."""
-    return next((r for r in _error_reports(run_dir) if r.get("resumable")), None)
-
-
-def _error_reports(run_dir: Path) -> list[dict[str, Any]]:
-    """The errors the ranks reported (train.py's error-rank<N>.json), first first."""
-    return sorted((read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"])
-
-
-def _failure_reason(run_dir: Path, exit_codes: list[int], launcher_output: str) -> str:
-    """The cause, not its consequences: when one rank fails, its peers fail too (a lost
-    connection, a timeout) or are stopped by the launcher (SIGTERM) without a word."""
-    reports = _error_reports(run_dir)
-    causes = [r for r in reports if not LOST_PEER.search(r["error"])]
-    if causes:
-        return f"rank {causes[0]['rank']} raised {causes[0]['error']}"
-    then = f"; then rank {reports[0]['rank']} raised {reports[0]['error']}" if reports else ""
-    # A rank killed by a signal or crashed in native code leaves no report: the launcher's
-    # summary says how it ended.
-    silent = {
-        rank: code
-        for rank, code in _elastic_exit_codes(launcher_output).items()
-        if rank not in {r["rank"] for r in reports} and code != -signal.SIGTERM
-    }
-    if silent:
-        rank, code = min(silent.items())
-        how = (
-            f"was killed by {signal.Signals(-code).name}"
-            if code < 0
-            else f"exited with code {code}"
-        )
-        return f"rank {rank} {how} without a Python error (see the end of train.log){then}"
-    if reports:
-        return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
-    if any(exit_codes):
-        return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
-    return "every process exited 0 but rank 0 wrote no result (see log)"
-
-
-def _elastic_exit_codes(launcher_output: str) -> dict[int, int]:
-    """rank -> exit code of each failed rank in the summary torchrun and accelerate launch
-    (torch.distributed.elastic) print when a rank fails."""
-    codes: dict[int, int] = {}
-    for rank, code in ELASTIC_FAILURE.findall(launcher_output):
-        codes.setdefault(int(rank), int(code))
-    return codes
+    return next((r for r in processes.error_reports(run_dir) if r.get("resumable")), None)
 
 
 def _write_history(path: Path, seeds: list[dict[str, Any]]) -> None:
