@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import SCHEMA
+from conftest import SCHEMA, validated
 from dmls.files import read_json
 from dmls.joblog import job_log
 from dmls.special import runner
@@ -47,7 +47,7 @@ def test_every_configured_study_has_a_runner():
 
 def fake_snakemake(tmp_path, **fields):
     """What Snakemake hands a `script:` (only the attributes the entry points read)."""
-    config = {"strict": False, "isolation": "none"}
+    config = validated({"strict": False, "isolation": "none"})
     defaults = dict(log=[str(tmp_path / "job.log")], threads=1, config=config)
     return SimpleNamespace(**(defaults | fields))
 
