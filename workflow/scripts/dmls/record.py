@@ -44,8 +44,12 @@ TIMING_METRICS = ("train_time_s", "first_epoch_s", "steady_epoch_s", "samples_pe
 # The GPUs' joules (training/energy.py), where measured.
 ENERGY_METRICS = ("train_energy_j", "eval_energy_j", "steady_epoch_energy_j")
 SUMMARY_METRICS = (*FINAL_METRICS, *TIMING_METRICS, *ENERGY_METRICS)
-# Peak GPU memory: `warm_peak`, not a mean.
-MEMORY_METRICS = ("peak_gpu_mem_allocated_bytes", "peak_gpu_mem_reserved_bytes")
+# GPU memory, from one seed (`warm_peak`), not a mean: the peak, and what a step adds to what
+# the GPUs held before the first step (the memory that grows with the batch).
+MEMORY_METRICS = (
+    "peak_gpu_mem_allocated_bytes", "peak_gpu_mem_reserved_bytes",
+    "resident_gpu_mem_allocated_bytes", "step_gpu_mem_above_resident_bytes",
+)  # fmt: skip
 SEED_METRICS = (*SUMMARY_METRICS, *MEMORY_METRICS)
 # A seed's history, one row per epoch (history.csv adds the seed).
 HISTORY_COLUMNS = (
@@ -118,7 +122,7 @@ def seed_value(seed: dict[str, Any], metric: str) -> float | None:
         return seed["timing"][metric]
     if metric in ENERGY_METRICS:
         return (seed.get("energy") or {}).get(metric)
-    return seed[metric]
+    return seed.get(metric)  # (memory before the first step: not in a seed kept from version 2)
 
 
 def steady_epochs(seed: dict[str, Any]) -> list[float]:

@@ -216,7 +216,7 @@ def memory_per_job(study: Study) -> list[str]:
     steps (cudnn.benchmark on) the first seed of a process pays cuDNN's autotuning, the later
     ones reuse its plans; in eager steps the cause was not measured, and the line says so."""
     column = "peak_gpu_mem_allocated_bytes"
-    if study.memory is None or study.memory[0] != column:
+    if study.ok.empty or not study.ok[column].notna().all():
         return []
     if not any(record.seed_count(study.metrics[run]) > 1 for run in study.ok.index):
         return []

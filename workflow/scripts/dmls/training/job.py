@@ -23,7 +23,6 @@ from dmls.training import checkpoint, energy
 from dmls.training.collector import GarbageCollection
 from dmls.training.parallel import Process, SingleDevice, strategy_for
 from dmls.training.results import (
-    gpu_peaks,
     job_result,
     rank_facts,
     reset_gpu_peaks,
@@ -112,8 +111,9 @@ def _train_seed(
     fit_start = time.perf_counter()
     outcome = trainer.fit(path)
     fit_s = time.perf_counter() - fit_start
-    peaks = gpu_peaks(gpus)
+    peaks = trainer.memory.seed_peaks()
     all_peaks = process.gather(peaks)
+    step_memory = process.gather(trainer.memory.record())
     effective = process.gather(trainer.probe.effective)
     weights = trainer.model_state()  # every rank: a sharded strategy gathers them
     result = None
@@ -121,7 +121,7 @@ def _train_seed(
         result = seed_result(
             spec.seed, outcome, loaders=trainer.data, setup_s=fit_start - built, fit_s=fit_s,
             effective_precisions=effective, fp8_linear_layers=trainer.fp8_linear_layers,
-            step=trainer.step_record(), peaks=all_peaks,
+            step=trainer.step_record(), peaks=all_peaks, step_memory=step_memory,
             parameters=sum(p.numel() for p in trainer.model.parameters()),
             energy_period_s=getattr(meter, "update_period_s", None),
         )  # fmt: skip

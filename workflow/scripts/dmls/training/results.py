@@ -61,6 +61,42 @@ def gpu_peaks(gpu_indices: list[int]) -> dict[int, tuple[int, int]]:
     }
 
 
+class StepMemory:
+    """What a training step adds on each of this rank's GPUs: the peak of the first training
+    epoch the trainer runs, above what the GPUs held when its first batch was in hand (the
+    weights, the data kept on the GPU and the epoch's prepared batches). What grows with the
+    batch (activations, the graph's pool, workspaces) is in it, as are the gradients and the
+    optimizer's state (created in the first step). The seed's peaks stay whole: the peaks
+    before the first batch are kept and joined to those after (`seed_peaks`)."""
+
+    def __init__(self, gpu_indices: list[int]) -> None:
+        self.gpus = gpu_indices
+        self.before: dict[int, tuple[int, int]] | None = None  # the peaks up to the first batch
+        self.start: dict[int, int] = {}  # allocated when the first batch was in hand
+        self.first_epoch: dict[int, int] = {}  # the first training epoch's peak allocated
+
+    def first_batch(self) -> None:
+        if self.before is None and self.gpus:
+            self.before = gpu_peaks(self.gpus)
+            self.start = {i: torch.cuda.memory_allocated(i) for i in self.gpus}
+            reset_gpu_peaks(self.gpus)
+
+    def epoch_end(self) -> None:
+        if self.before is not None and not self.first_epoch:
+            self.first_epoch = {i: torch.cuda.max_memory_allocated(i) for i in self.gpus}
+
+    def seed_peaks(self) -> dict[int, tuple[int, int]]:
+        """Each GPU's peak (allocated, reserved) over the whole seed."""
+        now = gpu_peaks(self.gpus)
+        if self.before is None:
+            return now
+        return {i: tuple(map(max, now[i], self.before[i])) for i in self.gpus}
+
+    def record(self) -> dict[int, tuple[int, int]]:
+        """Per GPU: (bytes held at the first batch, the first training epoch's peak)."""
+        return {i: (self.start[i], self.first_epoch[i]) for i in self.first_epoch}
+
+
 def seed_result(
     seed: int,
     outcome: dict[str, Any],
@@ -72,17 +108,21 @@ def seed_result(
     fp8_linear_layers: int,
     step: dict[str, Any],
     peaks: list[dict[int, tuple[int, int]]],
+    step_memory: list[dict[int, tuple[int, int]]] | None = None,
     parameters: int | None = None,
     energy_period_s: float | None = None,
 ) -> dict[str, Any]:
     """One seed's result from `Trainer.fit`'s outcome; `peaks` holds every rank's GPU peaks
-    during the seed (`gpu_peaks`); `energy_period_s` the energy counter's update period."""
+    during the seed (`StepMemory.seed_peaks`), `step_memory` every rank's `StepMemory.record`;
+    `energy_period_s` the energy counter's update period."""
     history = outcome["history"]
     n_train, n_test, manifest = loaders.n_train, loaders.n_test, loaders.manifest
     train_time = sum(h["train_time_s"] for h in history)
     last = history[-1] if history else {}
     allocated = [a for rank in peaks for a, _ in rank.values()]
     reserved = [r for rank in peaks for _, r in rank.values()]
+    held = [start for rank in step_memory or [] for start, _ in rank.values()]
+    above = [peak - start for rank in step_memory or [] for start, peak in rank.values()]
     epochs = epoch_times(history)
     return {
         "seed": seed,
@@ -119,6 +159,10 @@ def seed_result(
         "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
         "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
         "peak_gpu_mem_allocated_per_gpu_bytes": allocated,
+        # What the GPUs held at the first batch (weights, resident data, the epoch's batches)
+        # and the first epoch's steps' peak above it (StepMemory): the largest over the GPUs.
+        "resident_gpu_mem_allocated_bytes": max(held, default=None),
+        "step_gpu_mem_above_resident_bytes": max(above, default=None),
         # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
         "energy": energy_summary(history, energy_period_s),
         "effective_precision": "/".join(sorted(set(effective_precisions))),
@@ -203,9 +247,8 @@ def epoch_times(history: list[dict[str, Any]]) -> dict[str, float | None]:
 def throughput(n_train: int, epochs: dict[str, float | None]) -> float | None:
     """Training samples per second of the steady epoch (of the only epoch, when there is one).
     Not over the whole training: its first epoch pays the warm-up (graph capture, compiling),
-    and mostly in the job's first seed only. Over the whole training, the example report's
-    3-epoch single_gpu ran 6,431 samples/s in seed 0 (6.6 of its 7.0 s in the first epoch) and
-    67,413 in seed 1: an interval over the seeds then measured the warm-up, not the run."""
+    mostly in a job's first seed, so an interval over the seeds would measure the warm-up, not
+    the run (docs/performance.md, "The first seed's warm-up")."""
     seconds = epochs["steady_epoch_s"] or epochs["first_epoch_s"]
     return n_train / seconds if seconds else None
 

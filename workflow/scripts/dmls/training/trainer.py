@@ -33,6 +33,7 @@ from dmls.training.models import build_model
 from dmls.training.optimizers import make_scheduler
 from dmls.training.parallel import Process, SingleDevice
 from dmls.training.precision import Autocast, PrecisionProbe, convert_to_float8
+from dmls.training.results import StepMemory
 from dmls.training.steps import build_step, eager_reason, on_stream
 
 
@@ -72,6 +73,7 @@ class Trainer:
         self.spec, self.strategy, self.process = spec, strategy, process
         self.meter = meter
         self.checkpoints = checkpoint.Writer()  # the epochs' checkpoints, written meanwhile
+        self.memory = StepMemory(strategy.gpu_indices())
         device = process.device
         # Every generator from the seed first: a seed trained after others in the same process
         # draws exactly what it would draw in a job of its own (its data order, augmentation,
@@ -157,6 +159,8 @@ class Trainer:
             self.drill.start_epoch(epoch + 1, n)
         self.step.sums.zero_()
         for i, (x, y) in enumerate(self._progress(self.data.train, epoch)):
+            if i == 0:
+                self.memory.first_batch()
             x, y = self.to_device(x, y)
             last_micro = (i + 1) % k == 0 or i + 1 == n
             # Accumulation (nanoGPT's recipe): the loss of each of a group's micro-batches is
@@ -164,6 +168,7 @@ class Trainer:
             self.step(x, y, sync=last_micro, divisor=k if i < tail_start else n - tail_start)
             if last_micro:
                 self.optimizer_step()
+        self.memory.epoch_end()
         loss_sum, correct, count = self.process.all_reduce_sum(self.step.sums).tolist()
         return loss_sum / count, correct / count
 
