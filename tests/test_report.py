@@ -945,7 +945,8 @@ def test_memory_compares_what_a_step_adds_above_the_resident_state_beside_the_pe
         metrics.append(m | record.combine(m))
     study = Study.from_metrics("batch_size", {}, metrics)
     assert study.memory == (
-        "step_gpu_mem_above_resident_bytes", "step GPU memory above resident (max GPU)"
+        "step_gpu_mem_above_resident_bytes",
+        "step GPU memory above resident (max GPU)",
     )
     table = study.results_table()
     row = dict(zip(table["columns"], table["rows"][2]["cells"], strict=True))
