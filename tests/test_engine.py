@@ -90,35 +90,33 @@ def in_a_fresh_process(code: str) -> list[str]:
                           check=True).stdout.split()  # fmt: skip
 
 
-def test_the_freeze_policy_turns_the_collector_off_for_imports_then_freezes_what_they_built():
-    code = """
+def collector_states(mode: str, then: str = "") -> list[str]:
+    """In a fresh process under policy `mode`: whether the collector is on while torch is
+    imported; then, after `before_training`, whether it is on, how many objects are frozen and
+    whether torch._dynamo was imported; then what `then` prints."""
+    code = f"""
 import gc, sys
 from dmls.training.collector import GarbageCollection
-policy = GarbageCollection("freeze")
+policy = GarbageCollection({mode!r})
 policy.before_imports()
 print(gc.isenabled())
 import torch
 policy.before_training()
-print(gc.isenabled(), gc.get_freeze_count() > 0, "torch._dynamo" in sys.modules)
-gc.unfreeze()
-policy.before_training()  # the collector is on (a caller kept it on): nothing changes
-print(gc.get_freeze_count())
+print(gc.isenabled(), gc.get_freeze_count(), "torch._dynamo" in sys.modules)
+{then}
 """
-    assert in_a_fresh_process(code) == ["False", "True", "True", "True", "0"]
+    return in_a_fresh_process(code)
+
+
+def test_the_freeze_policy_turns_the_collector_off_for_imports_then_freezes_what_they_built():
+    # Then, with the collector on (a caller kept it on), a second call changes nothing.
+    then = "gc.unfreeze(); policy.before_training(); print(gc.get_freeze_count())"
+    off, on, frozen, dynamo, again = collector_states("freeze", then)
+    assert (off, on, dynamo, again) == ("False", "True", "True", "0") and int(frozen) > 0
 
 
 def test_the_default_policy_leaves_pythons_collector_as_it_is():
-    code = """
-import gc
-from dmls.training.collector import GarbageCollection
-policy = GarbageCollection("default")
-policy.before_imports()
-print(gc.isenabled())
-import torch
-policy.before_training()
-print(gc.isenabled(), gc.get_freeze_count())
-"""
-    assert in_a_fresh_process(code) == ["True", "True", "0"]
+    assert collector_states("default")[:3] == ["True", "True", "0"]
 
 
 def test_the_worker_takes_the_collector_policy_from_its_command_line():
