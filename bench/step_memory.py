@@ -1,5 +1,5 @@
-"""GPU memory per run of a results folder: the peak, what the GPUs held before the first step
-(weights, resident data) and what a step adds above it, all from each run's warm seed
+"""GPU memory per run of a results folder: the peak, what a training step adds above what the
+GPUs held as it began, and that (training/results.StepMemory), all from each run's warm seed
 (dmls/record.py `warm_peak`), and for a batch sweep the line through the step memory.
 
     python3 bench/step_memory.py results [--study batch_size]
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scrip
 from dmls import record
 
 MIB = 2**20
-COLUMNS = ("resident_gpu_mem_allocated_bytes", "step_gpu_mem_above_resident_bytes",
+COLUMNS = ("gpu_mem_before_step_bytes", "step_gpu_mem_bytes",
            "peak_gpu_mem_allocated_bytes")  # fmt: skip
 
 
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--study")
     args = parser.parse_args()
     table = rows(args.results, args.study)
-    print("| run | batch | precision | step | seed | resident MiB | step above MiB | peak MiB |")
+    print("| run | batch | precision | step | seed | before step MiB | step adds MiB | peak MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for r in table:
         mib = [f"{r[c] / MIB:.1f}" if r[c] is not None else "" for c in COLUMNS]

@@ -147,13 +147,13 @@ def test_the_record_module_imports_neither_torch_nor_pandas():
     assert out.stdout.strip() == "[]"
 
 
-def test_a_steps_memory_above_the_resident_state_comes_from_the_runs_warm_seed():
+def test_a_steps_memory_comes_from_the_runs_warm_seed():
     seeds = [gpu_seed(0, 250.0, [250.0]), gpu_seed(1, 205.0, [205.0])]
-    seeds[0] |= {"resident_gpu_mem_allocated_bytes": 150 * MIB,
-                 "step_gpu_mem_above_resident_bytes": 100 * MIB}  # fmt: skip
-    seeds[1] |= {"resident_gpu_mem_allocated_bytes": 150 * MIB,
-                 "step_gpu_mem_above_resident_bytes": 55 * MIB}  # fmt: skip
+    seeds[0] |= {"gpu_mem_before_step_bytes": 150 * MIB,
+                 "step_gpu_mem_bytes": 100 * MIB}  # fmt: skip
+    seeds[1] |= {"gpu_mem_before_step_bytes": 150 * MIB,
+                 "step_gpu_mem_bytes": 55 * MIB}  # fmt: skip
     memory = record.combine({"seeds": seeds})["memory"]
     assert memory["seed"] == 1
-    assert memory["resident_gpu_mem_allocated_bytes"] == 150 * MIB
-    assert memory["step_gpu_mem_above_resident_bytes"] == 55 * MIB
+    assert memory["gpu_mem_before_step_bytes"] == 150 * MIB
+    assert memory["step_gpu_mem_bytes"] == 55 * MIB

@@ -933,25 +933,25 @@ def test_the_timeline_puts_gpu_jobs_on_their_gpus_and_stacks_cpu_jobs_side_by_si
     timeline.figure(rows)  # draws
 
 
-def test_memory_compares_what_a_step_adds_above_the_resident_state_beside_the_peak():
+def test_memory_compares_what_a_step_adds_beside_the_peak():
     """The peak also counts what was resident before the first step (weights, the epoch's data
     kept on the GPU): the batch sweep fits what a step adds, which grows with the batch."""
     metrics = []
     for batch, step_mib in ((16, 20.0), (32, 40.0), (64, 80.0)):
         m = fake_metrics(f"b{batch}", study="batch_size", batch_size=batch, spread=(1.0, 1.0))
         for seed in m["seeds"]:
-            seed["resident_gpu_mem_allocated_bytes"] = int(200 * MIB)
-            seed["step_gpu_mem_above_resident_bytes"] = int(step_mib * MIB)
+            seed["gpu_mem_before_step_bytes"] = int(200 * MIB)
+            seed["step_gpu_mem_bytes"] = int(step_mib * MIB)
         metrics.append(m | record.combine(m))
     study = Study.from_metrics("batch_size", {}, metrics)
     assert study.memory == (
-        "step_gpu_mem_above_resident_bytes",
-        "step GPU memory above resident (max GPU)",
+        "step_gpu_mem_bytes",
+        "GPU memory a step adds (max GPU)",
     )
     table = study.results_table()
     row = dict(zip(table["columns"], table["rows"][2]["cells"], strict=True))
-    assert row["Step GPU mem. above resident, max GPU (MiB)"] == "80.0"
+    assert row["GPU mem. a step adds, max GPU (MiB)"] == "80.0"
     assert row["Peak GPU mem., max GPU (MiB)"] == "300.0"
     (fit,) = [line for line in observations.sweep(study) if "per unit of batch_size" in line]
-    assert fit.startswith("step GPU memory above resident (max GPU) vs batch_size: 1.25 MiB")
+    assert fit.startswith("GPU memory a step adds (max GPU) vs batch_size: 1.25 MiB")
     assert "R² = 1.000" in fit

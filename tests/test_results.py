@@ -34,27 +34,34 @@ class FakeAllocator:
         self.peak, self.reserved_peak = self.allocated, 2 * self.allocated
 
 
-def test_a_steps_memory_is_the_first_epochs_peak_above_what_its_first_batch_found(monkeypatch):
+def test_a_steps_memory_is_the_most_a_step_of_the_first_epoch_raised_the_allocated_bytes(
+    monkeypatch,
+):
     gpu = FakeAllocator()
     gpu.install(monkeypatch)
     memory = StepMemory([0])
     gpu.alloc(100)  # weights and the data kept on the GPU
     gpu.alloc(400)  # a setup transient (e.g. a gather), gone before training
     gpu.alloc(-400)
-    gpu.alloc(50)  # the epoch's prepared batches
-    memory.first_batch()
-    gpu.alloc(30)  # activations of a step, freed after it
-    gpu.alloc(-30)
+    for activations, pipeline in ((30, 200), (60, 0)):
+        with memory.step():
+            gpu.alloc(activations)  # the step's, freed after it
+            gpu.alloc(-activations)
+        gpu.alloc(pipeline)  # the data pipeline's work between steps: not a step's
+        gpu.alloc(-pipeline)
+    gpu.alloc(50)  # the optimizer's state, kept from here on
     memory.epoch_end()
-    gpu.alloc(70)  # a later epoch's, not the first
-    memory.epoch_end()  # only the first epoch counts
-    assert memory.record() == {0: (150, 180)}
-    # The seed's peak stays whole: the setup's 500 before the first batch.
-    assert memory.seed_peaks() == {0: (500, 1000)}
+    with memory.step():  # a later epoch's steps are not measured
+        gpu.alloc(500)
+        gpu.alloc(-500)
+    assert memory.record() == {0: (100, 60)}
+    # The seed's peak stays whole: the setup's 500, then the later epoch's 650.
+    assert memory.seed_peaks() == {0: (650, 1300)}
 
 
 def test_a_cpu_rank_records_no_gpu_memory():
     memory = StepMemory([])
-    memory.first_batch()
+    with memory.step():
+        pass
     memory.epoch_end()
     assert memory.record() == {} and memory.seed_peaks() == {}

@@ -44,11 +44,11 @@ TIMING_METRICS = ("train_time_s", "first_epoch_s", "steady_epoch_s", "samples_pe
 # The GPUs' joules (training/energy.py), where measured.
 ENERGY_METRICS = ("train_energy_j", "eval_energy_j", "steady_epoch_energy_j")
 SUMMARY_METRICS = (*FINAL_METRICS, *TIMING_METRICS, *ENERGY_METRICS)
-# GPU memory, from one seed (`warm_peak`), not a mean: the peak, and what a step adds to what
-# the GPUs held before the first step (the memory that grows with the batch).
+# GPU memory, from one seed (`warm_peak`), not a mean: the peak, what a training step adds above
+# what the GPUs held as it began (the memory that grows with the batch), and that.
 MEMORY_METRICS = (
     "peak_gpu_mem_allocated_bytes", "peak_gpu_mem_reserved_bytes",
-    "resident_gpu_mem_allocated_bytes", "step_gpu_mem_above_resident_bytes",
+    "gpu_mem_before_step_bytes", "step_gpu_mem_bytes",
 )  # fmt: skip
 SEED_METRICS = (*SUMMARY_METRICS, *MEMORY_METRICS)
 # A seed's history, one row per epoch (history.csv adds the seed).
@@ -122,7 +122,7 @@ def seed_value(seed: dict[str, Any], metric: str) -> float | None:
         return seed["timing"][metric]
     if metric in ENERGY_METRICS:
         return (seed.get("energy") or {}).get(metric)
-    return seed.get(metric)  # (memory before the first step: not in a seed kept from version 2)
+    return seed.get(metric)  # (a step's memory: not in a seed written before StepMemory)
 
 
 def steady_epochs(seed: dict[str, Any]) -> list[float]:

@@ -22,7 +22,7 @@ SUMMARY_COLUMNS = [
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "best_test_accuracy",
     "train_time_s", "first_epoch_s", "steady_epoch_s", "wall_time_s", "samples_per_s",
     "peak_gpu_mem_allocated_bytes", "peak_gpu_mem_reserved_bytes",
-    "resident_gpu_mem_allocated_bytes", "step_gpu_mem_above_resident_bytes", "peak_host_rss_bytes",
+    "gpu_mem_before_step_bytes", "step_gpu_mem_bytes", "peak_host_rss_bytes",
     "train_energy_j", "eval_energy_j", "steady_epoch_energy_j", "energy_reason",
     "gpu_names", "hostnames",
     "slurm_job_id", "n_seeds",

@@ -44,7 +44,7 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("steady_epoch_s", "Steady epoch (s)"),
     ("samples_per_s", "Samples/s (steady epoch)"),
     ("peak_gpu_mem_allocated_bytes", "Peak GPU mem., max GPU (MiB)"),
-    ("step_gpu_mem_above_resident_bytes", "Step GPU mem. above resident, max GPU (MiB)"),
+    ("step_gpu_mem_bytes", "GPU mem. a step adds, max GPU (MiB)"),
     ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)"),
     ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)"),
 ]
@@ -161,10 +161,11 @@ class Study:
         it; else the peak), on CPUs host RSS; None when no run finished."""
         if self.ok.empty:
             return None
-        step = self.ok.get("step_gpu_mem_above_resident_bytes")
+        step = self.ok.get("step_gpu_mem_bytes")
         if step is not None and step.notna().all():
-            # What grows with the batch and the precision: the peak counts the resident data too.
-            return "step_gpu_mem_above_resident_bytes", "step GPU memory above resident (max GPU)"
+            # What grows with the batch and the precision: the peak counts the data kept on the
+            # GPU and the data pipeline's work between steps too.
+            return "step_gpu_mem_bytes", "GPU memory a step adds (max GPU)"
         if self.ok["peak_gpu_mem_allocated_bytes"].notna().all():
             return "peak_gpu_mem_allocated_bytes", "peak GPU memory (max over GPUs)"
         return "peak_host_rss_bytes", "peak host RSS (max over ranks)"

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import socket
 import statistics
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -62,39 +64,49 @@ def gpu_peaks(gpu_indices: list[int]) -> dict[int, tuple[int, int]]:
 
 
 class StepMemory:
-    """What a training step adds on each of this rank's GPUs: the peak of the first training
-    epoch the trainer runs, above what the GPUs held when its first batch was in hand (the
-    weights, the data kept on the GPU and the epoch's prepared batches). What grows with the
-    batch (activations, the graph's pool, workspaces) is in it, as are the gradients and the
-    optimizer's state (created in the first step). The seed's peaks stay whole: the peaks
-    before the first batch are kept and joined to those after (`seed_peaks`)."""
+    """What a training step adds on each of this rank's GPUs: over the first training epoch the
+    trainer runs, the most any step (forward, backward, optimizer step) raised the allocated
+    bytes above what was held as it began (the weights, the data kept on the GPU, the epoch's
+    prepared batches, the optimizer's state once it exists). In it is what grows with the batch
+    (activations, a CUDA graph's pool when the step is captured, workspaces) and the gradients;
+    not in it is what the data pipeline allocates between steps. The seed's peaks stay whole:
+    the peak before each reset is kept (`seed_peaks`)."""
 
     def __init__(self, gpu_indices: list[int]) -> None:
         self.gpus = gpu_indices
-        self.before: dict[int, tuple[int, int]] | None = None  # the peaks up to the first batch
-        self.start: dict[int, int] = {}  # allocated when the first batch was in hand
-        self.first_epoch: dict[int, int] = {}  # the first training epoch's peak allocated
+        self.measuring = bool(gpu_indices)
+        self.folded = dict.fromkeys(gpu_indices, (0, 0))  # the peaks before the last reset
+        self.largest: dict[int, tuple[int, int]] = {}  # GPU -> (held before, step's rise)
 
-    def first_batch(self) -> None:
-        if self.before is None and self.gpus:
-            self.before = gpu_peaks(self.gpus)
-            self.start = {i: torch.cuda.memory_allocated(i) for i in self.gpus}
-            reset_gpu_peaks(self.gpus)
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        if not self.measuring:
+            yield
+            return
+        self._fold()
+        held = {i: torch.cuda.memory_allocated(i) for i in self.gpus}
+        yield
+        for i in self.gpus:
+            rise = torch.cuda.max_memory_allocated(i) - held[i]
+            if rise > self.largest.get(i, (0, -1))[1]:
+                self.largest[i] = (held[i], rise)
 
     def epoch_end(self) -> None:
-        if self.before is not None and not self.first_epoch:
-            self.first_epoch = {i: torch.cuda.max_memory_allocated(i) for i in self.gpus}
+        self.measuring = False
+
+    def _fold(self) -> None:
+        now = gpu_peaks(self.gpus)
+        self.folded = {i: tuple(map(max, now[i], self.folded[i])) for i in self.gpus}
+        reset_gpu_peaks(self.gpus)
 
     def seed_peaks(self) -> dict[int, tuple[int, int]]:
         """Each GPU's peak (allocated, reserved) over the whole seed."""
         now = gpu_peaks(self.gpus)
-        if self.before is None:
-            return now
-        return {i: tuple(map(max, now[i], self.before[i])) for i in self.gpus}
+        return {i: tuple(map(max, now[i], self.folded[i])) for i in self.gpus}
 
     def record(self) -> dict[int, tuple[int, int]]:
-        """Per GPU: (bytes held at the first batch, the first training epoch's peak)."""
-        return {i: (self.start[i], self.first_epoch[i]) for i in self.first_epoch}
+        """Per GPU: (bytes held before the step that rose most, that rise)."""
+        return dict(self.largest)
 
 
 def seed_result(
@@ -121,8 +133,8 @@ def seed_result(
     last = history[-1] if history else {}
     allocated = [a for rank in peaks for a, _ in rank.values()]
     reserved = [r for rank in peaks for _, r in rank.values()]
-    held = [start for rank in step_memory or [] for start, _ in rank.values()]
-    above = [peak - start for rank in step_memory or [] for start, peak in rank.values()]
+    held = [before for rank in step_memory or [] for before, _ in rank.values()]
+    above = [rise for rank in step_memory or [] for _, rise in rank.values()]
     epochs = epoch_times(history)
     return {
         "seed": seed,
@@ -159,10 +171,10 @@ def seed_result(
         "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
         "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
         "peak_gpu_mem_allocated_per_gpu_bytes": allocated,
-        # What the GPUs held at the first batch (weights, resident data, the epoch's batches)
-        # and the first epoch's steps' peak above it (StepMemory): the largest over the GPUs.
-        "resident_gpu_mem_allocated_bytes": max(held, default=None),
-        "step_gpu_mem_above_resident_bytes": max(above, default=None),
+        # What a step adds above what the GPUs held as it began, and that (StepMemory): the
+        # largest over the GPUs.
+        "gpu_mem_before_step_bytes": max(held, default=None),
+        "step_gpu_mem_bytes": max(above, default=None),
         # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
         "energy": energy_summary(history, energy_period_s),
         "effective_precision": "/".join(sorted(set(effective_precisions))),

@@ -159,15 +159,14 @@ class Trainer:
             self.drill.start_epoch(epoch + 1, n)
         self.step.sums.zero_()
         for i, (x, y) in enumerate(self._progress(self.data.train, epoch)):
-            if i == 0:
-                self.memory.first_batch()
             x, y = self.to_device(x, y)
             last_micro = (i + 1) % k == 0 or i + 1 == n
-            # Accumulation (nanoGPT's recipe): the loss of each of a group's micro-batches is
-            # divided by the group's size, and only its last micro-step all-reduces.
-            self.step(x, y, sync=last_micro, divisor=k if i < tail_start else n - tail_start)
-            if last_micro:
-                self.optimizer_step()
+            with self.memory.step():
+                # Accumulation (nanoGPT's recipe): the loss of each of a group's micro-batches
+                # is divided by the group's size, and only its last micro-step all-reduces.
+                self.step(x, y, sync=last_micro, divisor=k if i < tail_start else n - tail_start)
+                if last_micro:
+                    self.optimizer_step()
         self.memory.epoch_end()
         loss_sum, correct, count = self.process.all_reduce_sum(self.step.sums).tolist()
         return loss_sum / count, correct / count
