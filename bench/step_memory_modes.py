@@ -4,14 +4,14 @@ a precision's step memory differs, whether the step mode (eager, CUDA graph, com
 With --snapshot MODE, the allocations alive at the first epoch's peak of that precision/mode
 pair, by the frame that made them (torch.cuda.memory._record_memory_history).
 
-    python3 bench/step_memory_modes.py [--snapshot bf16/graph]
+    python3 bench/step_memory_modes.py [--snapshot bf16/eager]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import gc
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -43,12 +43,7 @@ def measure(data: Path, precision: str, step: str, snapshot: bool) -> dict[int, 
         alive_at_peak(torch.cuda.memory._snapshot())
         torch.cuda.memory._record_memory_history(enabled=None)
     record = trainer.memory.record()
-    trainer.release()
-    strategy.end_seed()
     strategy.close()
-    del trainer
-    gc.collect()
-    torch.cuda.empty_cache()
     return record
 
 
@@ -79,17 +74,23 @@ def alive_at_peak(snapshot: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--snapshot", default="")
+    parser.add_argument("--one", help="measure only this precision/step (in this process)")
+    parser.add_argument("--data", type=Path, help="(with --one) the prepared data")
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("a step's GPU memory needs a CUDA GPU; there is none here")
+    if args.one:
+        precision, step = args.one.split("/")
+        ((before, rise),) = measure(args.data, precision, step, args.one == args.snapshot).values()
+        print(f"{args.one:14} held as the step began {before / MIB:7.1f} MiB, the step adds "
+              f"{rise / MIB:7.1f} MiB", flush=True)  # fmt: skip
+        return
     with tempfile.TemporaryDirectory(prefix="dmls-mem-") as tmp:
         data = Path(tmp)
         datasets.prepare("synthetic_cifar", {"n_train": 10000, "n_test": 2000, "seed": 0}, data)
         for step in ("eager", "graph", "compile"):
             for precision in ("fp32", "bf16", "fp16"):
-                name = f"{precision}/{step}"
-                ((start, peak),) = measure(data, precision, step, name == args.snapshot).values()
-                print(f"{name:14} at first batch {start / MIB:7.1f} MiB, step above it "
-                      f"{(peak - start) / MIB:7.1f} MiB", flush=True)  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()
+                # Each in a process of its own: nothing an earlier one left counts.
+                one = ["--one", f"{precision}/{step}", "--data", str(data)]
+                subprocess.run([sys.executable, __file__, *one, "--snapshot", args.snapshot],
+                               check=True)  # fmt: skip
