@@ -94,3 +94,7 @@ def main() -> None:
                 one = ["--one", f"{precision}/{step}", "--data", str(data)]
                 subprocess.run([sys.executable, __file__, *one, "--snapshot", args.snapshot],
                                check=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
