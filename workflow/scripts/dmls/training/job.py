@@ -53,7 +53,6 @@ def train(
     meter, no_energy = energy.EnergyMeter.open(gpus)
     meter, no_energy = energy.agree(meter, process.gather(no_energy))
     (collector or GarbageCollection()).before_training()
-    job_peaks = dict.fromkeys(gpus, (0, 0))  # each GPU's peak over the seeds
     seeds = []
     for k, seed_spec in enumerate(spec.seed_specs()):
         if process.is_main and spec.seeds > 1:
@@ -67,16 +66,15 @@ def train(
                 _save_model(model_path, seed_spec, kept)
             seeds.append(kept["result"] | {"kept": True})
         else:
-            fit_start, result, peaks = _train_seed(
+            fit_start, result = _train_seed(
                 seed_spec, strategy, process, data_dir, path, model_path, meter, gpus
             )
-            job_peaks = {i: tuple(map(max, job_peaks[i], peaks[i])) for i in gpus}
             if result is not None:
                 seeds.append(result)
         if k == 0:  # the job's setup ends where its first seed's training starts
             times["fit_start"] = fit_start if kept is None else time.perf_counter()
     times["fit_end"] = time.perf_counter()
-    ranks = process.gather(rank_facts(process, gpus, job_peaks))
+    ranks = process.gather(rank_facts(process, gpus))
     result = None
     if process.is_main:
         result = job_result(
@@ -100,9 +98,9 @@ def _train_seed(
     model_path: Path,
     meter: energy.EnergyMeter | None,
     gpus: list[int],
-) -> tuple[float, dict | None, dict[int, tuple[int, int]]]:
-    """Train one seed of the job: when its training started, its result (rank 0; else None)
-    and this rank's peak memory per GPU. Everything the seed built dies with this call's frame:
+) -> tuple[float, dict | None]:
+    """Train one seed of the job: when its training started and its result (rank 0; else
+    None). Everything the seed built dies with this call's frame:
     `_free_earlier_seeds` collects what reference cycles still hold before the next seed."""
     _free_earlier_seeds(gpus)
     reset_gpu_peaks(gpus)
@@ -111,8 +109,7 @@ def _train_seed(
     fit_start = time.perf_counter()
     outcome = trainer.fit(path)
     fit_s = time.perf_counter() - fit_start
-    peaks = trainer.memory.seed_peaks()
-    all_peaks = process.gather(peaks)
+    all_peaks = process.gather(trainer.memory.seed_peaks())
     step_memory = process.gather(trainer.memory.record())
     effective = process.gather(trainer.probe.effective)
     weights = trainer.model_state()  # every rank: a sharded strategy gathers them
@@ -132,7 +129,7 @@ def _train_seed(
         trainer.save_finished(path, state | {"result": result})
     trainer.release()
     strategy.end_seed()
-    return fit_start, result, peaks
+    return fit_start, result
 
 
 def _free_earlier_seeds(gpus: list[int]) -> None:

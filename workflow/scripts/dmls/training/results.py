@@ -18,20 +18,10 @@ from dmls.training import energy
 from dmls.training.parallel import Process
 
 
-def rank_facts(
-    process: Process, gpu_indices: list[int], peaks: dict[int, tuple[int, int]]
-) -> dict[str, Any]:
-    """Where this rank ran and what it used at most; `peaks` holds each GPU's peak (allocated,
-    reserved) bytes over the job's seeds (`gpu_peaks`)."""
-    gpus = [
-        {
-            "index": i,
-            "name": torch.cuda.get_device_name(i),
-            "peak_gpu_mem_allocated_bytes": peaks[i][0],
-            "peak_gpu_mem_reserved_bytes": peaks[i][1],
-        }
-        for i in gpu_indices
-    ]
+def rank_facts(process: Process, gpu_indices: list[int]) -> dict[str, Any]:
+    """Where this rank ran and what host memory it used at most (its GPUs' memory is each
+    seed's: `seed_result`)."""
+    gpus = [{"index": i, "name": torch.cuda.get_device_name(i)} for i in gpu_indices]
     return {
         "rank": process.rank,
         "local_rank": process.local_rank,
