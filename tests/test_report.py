@@ -887,7 +887,7 @@ def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_basel
     assert "time_to_target_s_ci95" in study.results_frame().columns
     # Without a target: none of it.
     plain = Study.from_metrics("parallelism", {}, metrics)
-    assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 16
+    assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 17
 
 
 def test_seeds_of_a_warm_process_are_each_seed_after_the_first_of_its_process():

@@ -254,7 +254,7 @@ def value(record: dict[str, Any], metric: str) -> tuple[float | None, float | No
     """The run's number for a `SEED_METRICS` metric and its interval's half-width (None
     without one): the mean over seeds, or for memory the warm peak."""
     if metric in MEMORY_METRICS:
-        return record["memory"][metric], None
+        return record["memory"].get(metric), None  # (a step's: not in records before StepMemory)
     estimate = record["summary"].get(metric) or {}
     return estimate.get("mean"), estimate.get("ci95")
 
