@@ -198,3 +198,63 @@ def test_replica_threads_is_a_setting_of_dataparallel_only():
         "studies.parallelism.runs.r.replica_threads: 'persistent' is a setting of launcher "
         "'dp' (nn.DataParallel); this run's launcher is 'torchrun'"
     )
+
+
+def raw_config() -> dict:
+    with open(ROOT / "config" / "config.yaml") as f:
+        return yaml.safe_load(f)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_number_that_is_not_finite_is_refused_naming_its_key(value):
+    """`lr: .nan` passed the schema, launched, and failed as "Invalid learning rate: nan"."""
+    config = raw_config()
+    config["defaults"]["optimizer"]["lr"] = value
+    with pytest.raises(SpecError, match=rf"defaults\.optimizer\.lr: {value} is not a finite"):
+        check_config(config)
+    config = default_config()
+    config["studies"]["optimizer"]["runs"]["sgd"]["optimizer"]["lr"] = value
+    with pytest.raises(SpecError, match=r"runs\.sgd\.optimizer\.lr: .* is not a finite number"):
+        resolve_runs(config)
+
+
+@pytest.mark.parametrize(("key", "value"), [("seeds", 2.0), ("batch_size", 32.0)])
+def test_a_whole_number_written_as_a_float_is_refused_where_an_integer_is_asked(key, value):
+    """`seeds: 2.0` passed the schema and failed at run time ("'float' object cannot be
+    interpreted as an integer")."""
+    config = raw_config()
+    config["defaults"][key] = value
+    with pytest.raises(SpecError) as err:
+        check_config(config)
+    assert str(err.value) == (
+        f"invalid config:\n  defaults.{key}: {value!r} is not a whole number written as one "
+        f"(write {int(value)})"
+    )
+
+
+def test_seeds_past_numpys_range_are_refused_before_any_job():
+    """seed 4294967295 with 2 seeds trained one seed, then failed."""
+    config = default_config()
+    config["studies"]["optimizer"]["runs"]["sgd"]["seed"] = 2**32 - 1
+    with pytest.raises(SpecError) as err:
+        resolve_runs(config)
+    assert str(err.value) == (
+        "studies.optimizer.runs.sgd.seed: seeds 4294967295 to 4294967297, but a seed ends at "
+        "4294967295 (2³² − 1, numpy's); use a seed of at most 4294967293"
+    )
+    config = raw_config()
+    config["defaults"]["seed"] = 99999999999999999999
+    with pytest.raises(SpecError, match=r"defaults\.seed: 99999999999999999999 is greater than"):
+        check_config(config)
+
+
+def test_a_baseline_that_names_no_run_is_refused_before_any_job():
+    """Every run trained, then the report failed: "baseline: 'n1xp2' is not one of its runs"."""
+    config = default_config()
+    config["studies"]["optimizer"]["baseline"] = "n1xp2"
+    with pytest.raises(SpecError) as err:
+        resolve_runs(config)
+    assert str(err.value) == (
+        "studies.optimizer.baseline: 'n1xp2' is not one of its runs "
+        "['sgd', 'adam', 'adamw', 'rmsprop']"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -23,6 +24,8 @@ SCHEMA_PATH = Path(__file__).resolve().parents[4] / "config" / "schemas" / "conf
 
 # torch._scaled_mm (fp8 GEMMs) needs both dimensions of each operand divisible by 16.
 FP8_MULTIPLE = 16
+# numpy seeds its generators with 32-bit integers.
+MAX_SEED = 2**32 - 1
 
 
 class SpecError(ValueError):
@@ -229,6 +232,12 @@ class RunSpec:
             raise SpecError(
                 f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1"
             )
+        if self.seed + self.seeds - 1 > MAX_SEED:
+            raise SpecError(
+                f"{where}.seed: seeds {self.seed} to {self.seed + self.seeds - 1}, but a seed "
+                f"ends at {MAX_SEED} (2³² − 1, numpy's); use a seed of at most "
+                f"{MAX_SEED - self.seeds + 1}"
+            )
         if self.precision == "fp8" and self.batch_size % FP8_MULTIPLE:
             raise SpecError(
                 f"{where}.batch_size: fp8 matmuls need every dimension divisible by "
@@ -272,21 +281,34 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
         return yaml.safe_load(f)
 
 
-def run_validator(schema: dict[str, Any]):
-    """A validator for one resolved run spec: the schema's `run` definition and its `$defs`."""
+def strict_validator(schema: dict[str, Any]):
+    """JSON Schema 2020-12 as written, not as JSON counts: an `integer` is no float (2.0 would
+    fail later as "'float' object cannot be interpreted as an integer"), and a `number` is
+    finite (`lr: .nan` would start a job that fails with no key named)."""
     import jsonschema
 
-    run_schema = dict(schema["$defs"]["run"], **{"$defs": schema["$defs"]})
-    return jsonschema.Draft202012Validator(run_schema)
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine_many(
+        {
+            "integer": lambda _, v: isinstance(v, int) and not isinstance(v, bool),
+            "number": lambda _, v: (
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            ),
+        }
+    )
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def run_validator(schema: dict[str, Any]):
+    """A validator for one resolved run spec: the schema's `run` definition and its `$defs`."""
+    return strict_validator(dict(schema["$defs"]["run"], **{"$defs": schema["$defs"]}))
 
 
 def check_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
     """Raise SpecError listing every schema violation of `config`, each with its key path and
     what is allowed there. Snakemake's `validate` then fills in the defaults; its own message
     for the first error is a dump of the schema."""
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(schema or load_schema())
+    validator = strict_validator(schema or load_schema())
     _raise_errors("invalid config", validator.iter_errors(config), prefix=())
 
 
@@ -314,6 +336,13 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
                 f"{'.'.join([*path, key])}: unknown key{guess}; allowed: {', '.join(allowed)}"
             )
         return lines
+    if error.validator == "type" and isinstance(error.instance, float):
+        wanted = error.validator_value
+        if not math.isfinite(error.instance):
+            return [f"{where}: {error.instance} is not a finite number"]
+        if "integer" in (wanted if isinstance(wanted, list) else [wanted]):
+            return [f"{where}: {error.instance!r} is not a whole number written as one "
+                    f"(write {int(error.instance)})"]  # fmt: skip
     if error.validator == "enum":
         allowed = ", ".join(map(str, error.validator_value))
         return [f"{where}: {error.instance!r} is not allowed; allowed: {allowed}"]
@@ -339,6 +368,13 @@ def resolve_runs(
             prefix = ("studies", study, "runs", run)
             _raise_errors("invalid run spec", validator.iter_errors(merged), prefix)
             runs[f"{study}/{run}"] = RunSpec.from_dict({"study": study, "run": run, **merged})
+    for study, definition in config["studies"].items():
+        baseline = definition.get("baseline")
+        names = [spec.run for spec in runs.values() if spec.study == study]
+        if baseline is not None and names and baseline not in names:
+            raise SpecError(
+                f"studies.{study}.baseline: {baseline!r} is not one of its runs {names}"
+            )
     if config.get("strict"):
         conflicts = [line for spec in runs.values() for line in spec.cpu_conflicts()]
         if conflicts:
