@@ -323,6 +323,35 @@ def test_a_run_another_workflow_is_training_into_the_same_folder_is_refused(tmp_
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def test_the_losing_workflow_leaves_the_winners_log_and_files_as_they_were(tmp_path):
+    """Two clones on one results_dir: the loser failed with RunBusy as it should, but had
+    truncated train.log first, so the winner's finished run kept only the loser's traceback."""
+    from types import SimpleNamespace
+
+    from filelock import FileLock
+
+    spec = make_spec(dataset="tabular", model={"name": "mlp"}, device="cpu", epochs=1)
+    run_dir = tmp_path / "runs" / "t" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").write_text("the winner's log\n")
+    (run_dir / "history.csv").write_text("seed,epoch\n0,1\n")
+    job = SimpleNamespace(
+        params=SimpleNamespace(spec=spec.to_json()),
+        output=SimpleNamespace(metrics=str(run_dir / "metrics.json")),
+        input=SimpleNamespace(manifest=str(tmp_path / "data" / "tabular.json")),
+        log=[str(run_dir / "train.log")],
+        threads=1,
+        config={"results_dir": str(tmp_path), "strict": False, "isolation": "none",
+                "runtime": supervise.DEFAULT_RUNTIME},
+    )  # fmt: skip
+    checkpoint_path = spec.checkpoint_path(tmp_path)
+    checkpoint_path.parent.mkdir(parents=True)
+    with FileLock(str(checkpoint_path) + ".lock"), pytest.raises(supervise.RunBusy):
+        supervise.main_from_snakemake(job)
+    assert (run_dir / "train.log").read_text() == "the winner's log\n"
+    assert (run_dir / "history.csv").exists()
+
+
 def test_the_writer_writes_what_the_state_was_when_submitted_one_write_at_a_time(
     tmp_path, monkeypatch
 ):

@@ -262,6 +262,22 @@ def test_more_micro_batches_per_step_than_an_epoch_has_is_refused_naming_the_key
     )
 
 
+def test_a_batch_larger_than_the_training_set_is_refused_naming_the_key(tabular_dir):
+    """batch_size 100000 on 512 samples ended `ok`, recording a global batch of 100000 where
+    the one batch each epoch had was 512."""
+    from dmls.config.spec import SpecError
+    from dmls.training import job as trainer
+
+    spec = make_spec(dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu",
+                     epochs=1, batch_size=100000, num_workers=0)  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        trainer.train(spec, tabular_dir, tabular_dir, tabular_dir / "unused-c.pt")
+    assert str(err.value) == (
+        "studies.t.runs.r.batch_size: 100000 per replica × 1 replica(s) = 100000 samples per "
+        "step, but the training set has 256; use at most 256"
+    )
+
+
 def test_a_last_batch_of_one_sample_under_batch_norm_is_left_out_and_recorded(tmp_path):
     """Before: 513 rows at batch 32 made BatchNorm1d raise after epoch 1, naming no setting."""
     from dmls.data import datasets

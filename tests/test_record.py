@@ -157,3 +157,18 @@ def test_a_steps_memory_comes_from_the_runs_warm_seed():
     assert memory["seed"] == 1
     assert memory["gpu_mem_before_step_bytes"] == 150 * MIB
     assert memory["step_gpu_mem_bytes"] == 55 * MIB
+
+
+def test_a_diverged_seed_never_enters_a_mean():
+    """With a NaN drill on seed 1, runs.csv gave test accuracy 0.380 ± 0.710: the diverged
+    seed's 0.051 was in the mean."""
+    diverged = seed(0.051, 1.0) | {"seed": 1, "status": "diverged", "reason": "non-finite loss"}
+    combined = record.combine({"seeds": [seed(0.71, 1.0), diverged]})
+    assert combined["summary"]["n_finished"] == 1
+    assert combined["summary"]["test_accuracy"]["mean"] == pytest.approx(0.71)
+    assert combined["summary"]["test_accuracy"]["ci95"] is None  # one seed: no interval
+    assert combined["final"]["test_accuracy"] == pytest.approx(0.71)
+    assert [row["n_seeds"] for row in combined["history"]] == [1, 1]
+    everything_diverged = record.combine({"seeds": [diverged]})
+    assert everything_diverged["summary"]["test_accuracy"] is None
+    assert everything_diverged["history"] == []

@@ -176,11 +176,19 @@ def timed_values(record: dict[str, Any], metric: str) -> list[float | None]:
 # --- Seeds combined --------------------------------------------------------------------------
 
 
+def finished(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seeds that finished `ok`: only they enter a mean (a diverged seed's last numbers
+    would pull the run's accuracy toward chance)."""
+    return [seed for seed in seeds if seed["status"] == "ok"]
+
+
 def summary(seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per `SUMMARY_METRICS` metric: mean, n, std and the 95% interval over the seeds (None
-    where no seed has a finite value; for the energy, where any seed has none: a mean over the
-    seeds whose epochs the counter resolved would favour the slow ones)."""
-    out: dict[str, Any] = {"confidence": stats.CONFIDENCE}
+    """Per `SUMMARY_METRICS` metric: mean, n, std and the 95% interval over the seeds that
+    finished (`finished`; None where none has a finite value; for the energy, where any seed
+    has none: a mean over the seeds whose epochs the counter resolved would favour the slow
+    ones). `n_finished` says how many seeds that is."""
+    seeds = finished(seeds)
+    out: dict[str, Any] = {"confidence": stats.CONFIDENCE, "n_finished": len(seeds)}
     for metric in SUMMARY_METRICS:
         values = [seed_value(s, metric) for s in seeds]
         if metric in ENERGY_METRICS and None in values:
@@ -208,11 +216,11 @@ def warm_peak(seeds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def mean_history(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per epoch, the mean over the seeds that reached it (early stopping ends seeds at
-    different epochs; `n_seeds` says how many) and the 95% half-width of the losses and
+    """Per epoch, the mean over the finished seeds that reached it (early stopping ends seeds
+    at different epochs; `n_seeds` says how many) and the 95% half-width of the losses and
     accuracies (None with one seed)."""
     by_epoch: dict[int, list[dict[str, Any]]] = {}
-    for seed in seeds:
+    for seed in finished(seeds):
         for row in seed["history"]:
             by_epoch.setdefault(row["epoch"], []).append(row)
     history = []

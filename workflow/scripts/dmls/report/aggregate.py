@@ -25,7 +25,7 @@ SUMMARY_COLUMNS = [
     "gpu_mem_before_step_bytes", "step_gpu_mem_bytes", "peak_host_rss_bytes",
     "train_energy_j", "eval_energy_j", "steady_epoch_energy_j", "energy_reason",
     "gpu_names", "hostnames",
-    "slurm_job_id", "n_seeds",
+    "slurm_job_id", "n_seeds", "n_seeds_finished",
     *(f"{m}_ci95" for m in record.SEED_METRICS),
 ]  # fmt: skip
 # The per-seed table's columns after study, run and seed.
@@ -56,6 +56,8 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
             "step_mode": step["mode"] + ("+compile" if step["compiled"] else ""),
             "step_eager_reason": step["eager_reason"],
             "n_seeds": record.seed_count(metrics),
+            # The seeds the means are over: those that finished `ok` (not a diverged one).
+            "n_seeds_finished": metrics["summary"]["n_finished"],
             # The job's, all seeds together.
             "wall_time_s": metrics["timing"]["wall_time_s"],
             "peak_host_rss_bytes": max(r["peak_host_rss_bytes"] for r in ranks),

@@ -27,6 +27,7 @@ from dmls import bytecode
 from dmls import record as run_record
 from dmls.config.spec import RunSpec
 from dmls.files import read_json
+from dmls.joblog import job_log
 from dmls.supervisor import launch, processes, slots
 from dmls.supervisor.hardware import (
     Host,
@@ -58,6 +59,15 @@ def _now() -> str:
 
 
 def run(
+    spec: RunSpec, *, checkpoint_path: Path, lock: bool = True, **settings: Any
+) -> dict[str, Any]:
+    """Run `spec` (`_run` says how) holding its lock (`_run_lock`) before it touches any of
+    the run's files; `lock=False` where the caller holds it already."""
+    with _run_lock(spec, checkpoint_path) if lock else contextlib.nullcontext():
+        return _run(spec, checkpoint_path=checkpoint_path, **settings)
+
+
+def _run(
     spec: RunSpec,
     *,
     run_dir: Path,
@@ -131,7 +141,6 @@ def run(
     # A local timed run holds its GPUs and cores, so runs can go side by side without sharing
     # either (dmls/supervisor/slots.py); in a Slurm job the allocation is the run's already.
     with contextlib.ExitStack() as held:
-        held.enter_context(_run_lock(spec, checkpoint_path))
         reservation = None
         if isolation != "none" and slurm is None:
             reservation = held.enter_context(
@@ -286,25 +295,28 @@ def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, An
     return record
 
 
-def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
-    """Entry of the `train` rule (workflow/scripts/run_experiment.py); `log` is the rule's log,
-    open (dmls.joblog): the launchers' output goes there too."""
+def main_from_snakemake(snakemake: Any) -> None:
+    """Entry of the `train` rule (workflow/scripts/run_experiment.py). The run's lock comes
+    first: a second workflow training the same run into the same folder fails here, before it
+    opens (and truncates) the rule's log, which the launchers' output then goes to."""
     # If Snakemake is killed, stop too (and the launchers with us): a run finished behind its
     # back would be marked incomplete and trained again from scratch, its checkpoint gone.
     launch.die_with_parent(signal.SIGTERM)
     spec = RunSpec.from_json(snakemake.params.spec)
-    run_dir = Path(snakemake.output.metrics).parent
     results_dir = Path(snakemake.config["results_dir"])
-    run(
-        spec,
-        run_dir=run_dir,
-        data_dir=Path(snakemake.input.manifest).parent,
-        # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
-        checkpoint_path=spec.checkpoint_path(results_dir),
-        log=log,
-        threads=snakemake.threads,
-        strict=snakemake.config["strict"],
-        isolation=snakemake.config["isolation"],
-        host_cache=results_dir / "hosts",
-        runtime=snakemake.config["runtime"],
-    )
+    # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.
+    checkpoint_path = spec.checkpoint_path(results_dir)
+    with _run_lock(spec, checkpoint_path), job_log(snakemake.log[0]) as log:
+        run(
+            spec,
+            checkpoint_path=checkpoint_path,
+            lock=False,
+            run_dir=Path(snakemake.output.metrics).parent,
+            data_dir=Path(snakemake.input.manifest).parent,
+            log=log,
+            threads=snakemake.threads,
+            strict=snakemake.config["strict"],
+            isolation=snakemake.config["isolation"],
+            host_cache=results_dir / "hosts",
+            runtime=snakemake.config["runtime"],
+        )

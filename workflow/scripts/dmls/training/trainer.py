@@ -102,6 +102,15 @@ class Trainer:
                 flush=True,
             )
 
+        step_samples = spec.batch_size * spec.replicas
+        if step_samples > self.data.n_train:
+            # Else the one batch an epoch has is the data, and the batch recorded is not it.
+            raise SpecError(
+                f"studies.{spec.study}.runs.{spec.run}.batch_size: {spec.batch_size} per replica "
+                f"× {spec.replicas} replica(s) = {step_samples} samples per step, but the "
+                f"training set has {self.data.n_train}; use at most "
+                f"{self.data.n_train // spec.replicas}"
+            )
         micro_batches = len(self.data.train)
         if spec.grad_accum_steps > micro_batches:
             # Else every optimizer step would see fewer samples than the global batch recorded.
