@@ -121,3 +121,19 @@ def test_the_committed_example_folders_compare(tmp_path):
     assert "dataparallel_2gpu: not in h200x4-host" in text
     assert re.search(r"ddp_2gpu's throughput against single_gpu's: higher on h200x4-devices "
                      r"\(1\.\d\d×.*higher on h200x4-host \(1\.\d\d×.*they agree", text)  # fmt: skip
+
+
+def test_runs_of_the_same_spec_on_different_data_are_not_the_same_experiment(tmp_path):
+    """Synthetic data of seed 0 against seed 1 compared as the same experiment: "spec differs
+    in" was empty and the page reported a difference in points."""
+    runs = []
+    for name, digest in (("a", "0" * 64), ("b", "f" * 64)):
+        m = fake_metrics("single_gpu", launcher="single", epochs=2)
+        m["data"]["sha256"] = digest
+        runs.append(folder(tmp_path, name, [m]))
+    result = compare.write(runs, tmp_path / "c.html")
+    (section,) = result["sections"]
+    assert section["different"] == [
+        "single_gpu on b: differs from a in data (sha256 000000000000… vs ffffffffffff…) (not "
+        "the same experiment)"
+    ]

@@ -97,3 +97,17 @@ def test_the_supervisor_records_the_cached_host(probed, tmp_path):
     assert cached["status"] == in_process["status"] == "skipped"
     assert cached["host"] == in_process["host"]
     assert cached["derived"] == in_process["derived"]
+
+
+def test_a_skip_advises_the_cpu_preset_only_to_a_run_that_does_not_pin_the_cpu_already():
+    """Under config/cpu.yaml, DataParallel and NCCL skips said "…or use the CPU preset"."""
+    from conftest import make_spec
+    from dmls.supervisor.hardware import missing_requirement
+
+    no_gpu = Host("h", 8, (), (), True)
+    pinned = make_spec(launcher="dp", nproc_per_node=2, device="cpu", backend="gloo")
+    default = make_spec(launcher="dp", nproc_per_node=2, backend="gloo")
+    assert "CPU preset" not in missing_requirement(pinned, no_gpu, nodes_here=1)
+    assert "or use the CPU preset (--configfile config/cpu.yaml)" in missing_requirement(
+        default, no_gpu, nodes_here=1
+    )

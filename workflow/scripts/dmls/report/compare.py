@@ -64,6 +64,16 @@ def spec_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [c for c in flat.columns if str(flat[c].iloc[0]) != str(flat[c].iloc[1])]
 
 
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between two runs' records: their spec keys, and the data they trained on
+    (the prepared arrays' SHA-256, where both recorded it)."""
+    found = spec_differences(a["spec"], b["spec"])
+    digests = [(m.get("data") or {}).get("sha256") for m in (a, b)]
+    if None not in digests and digests[0] != digests[1]:
+        found.append(f"data (sha256 {digests[0][:12]}… vs {digests[1][:12]}…)")
+    return found
+
+
 def common_baseline(present: dict[str, list[dict[str, Any]]]) -> str | None:
     """The run every folder's study is compared against: of the runs all folders have, the one
     with the fewest workers (then by name); a folder's config, which names the study's
@@ -157,7 +167,7 @@ def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, An
                 study = studies[name]
                 diff = []
                 if ref is not None and name != ref_name and run in ref.runs.index:
-                    diff = spec_differences(ref.metrics[run]["spec"], study.metrics[run]["spec"])
+                    diff = differences(ref.metrics[run], study.metrics[run])
                     if diff:
                         keys = ", ".join(diff)
                         different.append(

@@ -93,7 +93,11 @@ def missing_requirement(spec: RunSpec, host: Host, *, nodes_here: int) -> str | 
     """Why this host, holding `nodes_here` of the run's nodes, can't run `spec` (with how to fix
     it), or None when it can."""
     device = resolved_device(spec, host)
-    fix = "run it on a machine that has them, or use the CPU preset (--configfile config/cpu.yaml)"
+    fix = (
+        "run it on a machine that has them"
+        # A run that pins the CPU already is what the CPU preset gives: no advice to use it.
+        + ("" if spec.device == "cpu" else ", or use the CPU preset (--configfile config/cpu.yaml)")
+    )
     if spec.replicates_in_one_process and device != "cuda":
         return (
             "nn.DataParallel replicates a model over CUDA devices; on the CPU it would be one "

@@ -173,7 +173,10 @@ def seed_result(
         # all-reduces per step is 4 bytes each (A5's prediction from the collectives sweep).
         "parameters": parameters,
         "step": step,
-        "data": {k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape")}
+        # The prepared data's identity (its arrays' SHA-256): runs compare only on the same.
+        "data": {
+            k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape", "sha256")
+        }
         | {
             "n_train": n_train,
             "n_test": n_test,
