@@ -252,3 +252,19 @@ onstart:
     check_slurm_status_checks()
     check_fault_drill()
     advise_bytecode_cache()
+
+
+def print_outcome():
+    """How the runs ended: Snakemake's "100% done" counts jobs, and a skipped run's succeeds."""
+    from dmls.report import outcome
+
+    page = Path(RESULTS) / "report" / "report.html"
+    print(outcome.summary(all_run_metrics(), page), file=sys.stderr)
+
+
+onsuccess:
+    print_outcome()
+
+
+onerror:
+    print_outcome()

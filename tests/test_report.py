@@ -955,3 +955,21 @@ def test_memory_compares_what_a_step_adds_beside_the_peak():
     (fit,) = [line for line in observations.sweep(study) if "per unit of batch_size" in line]
     assert fit.startswith("GPU memory a step adds (max GPU) vs batch_size: 1.25 MiB")
     assert "R² = 1.000" in fit
+
+
+def test_the_terminal_summary_counts_each_studys_runs_and_says_each_reason_once(tmp_path):
+    from dmls.report import outcome
+
+    paths = []
+    for m in [fake_metrics("single_gpu"), fake_metrics("dp", "skipped"),
+              fake_metrics("dp2", "skipped")]:  # fmt: skip
+        paths.append(tmp_path / "runs" / m["study"] / m["run"] / "metrics.json")
+        write_json(paths[-1], m)
+    paths.append(tmp_path / "runs" / "parallelism" / "never" / "metrics.json")
+    text = outcome.summary(paths, tmp_path / "report.html")
+    assert text.splitlines() == [
+        "Runs by study:",
+        "  parallelism: 1 ok, 2 skipped, 1 not run",
+        "  1 run(s) — dp could not run: no CUDA GPU on this host: parallelism/dp",
+        "  1 run(s) — dp2 could not run: no CUDA GPU on this host: parallelism/dp2",
+    ]

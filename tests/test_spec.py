@@ -258,3 +258,14 @@ def test_a_baseline_that_names_no_run_is_refused_before_any_job():
         "studies.optimizer.baseline: 'n1xp2' is not one of its runs "
         "['sgd', 'adam', 'adamw', 'rmsprop']"
     )
+
+
+def test_one_top_level_key_sets_every_runs_seeds_from_the_command_line():
+    """`--config seeds=2` was an unknown key, and `--config defaults='{seeds: 2}'` failed."""
+    config = default_config()
+    config["studies"]["optimizer"]["runs"]["sgd"]["seeds"] = 5
+    config["seeds"] = 2
+    assert {spec.seeds for spec in resolve_runs(config).values()} == {2}
+    config["seeds"] = None
+    runs = resolve_runs(config)
+    assert runs["optimizer/sgd"].seeds == 5 and runs["optimizer/adam"].seeds == 3

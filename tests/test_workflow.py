@@ -262,7 +262,20 @@ def dag(tmp_path_factory) -> Path:
         timeout=1800,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-5000:]
+    (results.parent / "snakemake.stderr").write_text(out.stderr)
     return results
+
+
+@pytest.mark.e2e
+def test_the_end_of_the_dag_says_how_its_runs_ended_and_why_some_were_skipped(dag):
+    """ "76 of 76 steps (100%) done" with 37 of 51 runs skipped, and "skipped" nowhere."""
+    said = (dag.parent / "snakemake.stderr").read_text()
+    summary = said[said.rindex("Runs by study:") :]
+    assert "\n  parallelism: 4 ok, 3 skipped\n" in summary
+    assert "\n  backend: 2 ok, 2 skipped\n" in summary
+    assert re.search(r"\n  2 run\(s\) — backend 'nccl' runs on CUDA devices only; .*: "
+                     r"backend/nccl_b32, backend/nccl_b128\n", summary)  # fmt: skip
+    assert f"Report: {dag / 'report' / 'report.html'}" in summary
 
 
 @pytest.mark.e2e

@@ -365,6 +365,8 @@ def resolve_runs(
     for study, definition in config["studies"].items():
         for run, overrides in (definition.get("runs") or {}).items():
             merged = deep_merge(config["defaults"], definition.get("base") or {}, overrides or {})
+            if config.get("seeds") is not None:  # the command line's `--config seeds=N`
+                merged["seeds"] = config["seeds"]
             prefix = ("studies", study, "runs", run)
             _raise_errors("invalid run spec", validator.iter_errors(merged), prefix)
             runs[f"{study}/{run}"] = RunSpec.from_dict({"study": study, "run": run, **merged})
