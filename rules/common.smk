@@ -15,6 +15,9 @@ RESULTS = config["results_dir"]
 STUDIES_DIR = f"{RESULTS}/studies"
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
+# A data path that names nothing stops here, naming its key, before any job.
+if _missing := datasets.path_problems(config["data"]):
+    raise WorkflowError("invalid config:\n  " + "\n  ".join(_missing))
 # Study -> its run ids, in config order; only studies with runs get a report section.
 STUDY_RUNS = {}
 for _run_id, _spec in RUNS.items():

@@ -549,3 +549,15 @@ def test_synthetic_images_learnable() -> None:
     w = a.T @ np.linalg.solve(a @ a.T + 10.0 * np.eye(len(a)), np.eye(10)[y_train])
     acc = float(((b @ w).argmax(1) == y_test).mean())
     assert 0.3 < acc < 0.95, acc  # chance is 0.1
+
+
+def test_configured_paths_that_name_nothing_are_named_with_their_keys(tmp_path):
+    from dmls.data.datasets import path_problems
+
+    (tmp_path / "here").mkdir()
+    config = {
+        "tabular": {"dir": str(tmp_path / "here")},
+        "cifar10": {"archive": str(tmp_path / "gone.tar.gz")},
+        "fashion_mnist": {"debian_dir": None},
+    }
+    assert path_problems(config) == [f"data.cifar10.archive: {tmp_path}/gone.tar.gz does not exist"]

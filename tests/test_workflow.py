@@ -499,3 +499,14 @@ def test_the_test_configs_results_compare_with_a_changed_copy_of_them(dag, tmp_p
     assert ratios and all(r.startswith("1.00×") for r in ratios)
     verdicts = [line for s in result["sections"] for line in s["conclusions"]]
     assert verdicts and all(line.endswith("they agree.") for line in verdicts)
+
+
+def test_a_data_path_that_names_nothing_stops_the_dag_before_any_job(tmp_path):
+    """A typo in data.cifar10.archive failed prepare_data with its message buried, deleted the
+    old manifest, and queued all 35 A runs again once the path was fixed."""
+    out = snakemake("-n", "--cores", "1", "--config", f"results_dir={tmp_path}",
+                    f"data={{cifar10: {{archive: {tmp_path}/cifar-10-pyton.tar.gz}}}}")  # fmt: skip
+    assert out.returncode != 0
+    said = out.stdout + out.stderr  # (Snakemake prints a parse error on stdout)
+    assert f"data.cifar10.archive: {tmp_path}/cifar-10-pyton.tar.gz does not exist" in said
+    assert "prepare_data" not in out.stdout

@@ -299,6 +299,21 @@ def source_files(name: str, cfg: dict) -> list[Path]:
     return [p for p in candidates if p.is_file()]
 
 
+# The config keys that name a user's own files or folders, per dataset.
+USER_PATHS = {"tabular": ("dir",), "cifar10": ("archive",), "fashion_mnist": ("debian_dir",)}
+
+
+def path_problems(data_config: dict) -> list[str]:
+    """Each configured path (config `data`) that names nothing, with its key: checked before
+    any job, as a typo would otherwise fail `prepare_data` and rerun every run of the data."""
+    return [
+        f"data.{name}.{key}: {path} does not exist"
+        for name, keys in USER_PATHS.items()
+        for key in keys
+        if (path := (data_config.get(name) or {}).get(key)) and not Path(path).exists()
+    ]
+
+
 def prepared_files(out_dir: Path, name: str) -> tuple[Path, Path]:
     """Dataset `name`'s manifest and arrays in `out_dir`, the same two files for every dataset:
     what `prepare` writes (the `prepare_data` rule's outputs) and `load` reads."""
