@@ -67,6 +67,14 @@ def data_source_files(wildcards):
     )
 
 
+def data_source_digests(wildcards):
+    """The SHA-256 of each of the user's files a dataset is prepared from, by path."""
+    return {
+        str(path): datasets.file_digest(path, "sha256")
+        for path in data_source_files(wildcards)
+    }
+
+
 def dataset_manifest(wildcards):
     return prepared_manifest(run_spec(wildcards).dataset)
 

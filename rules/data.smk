@@ -20,5 +20,8 @@ rule prepare_data:
     params:
         # A changed data config re-runs the preparation.
         cfg=lambda wildcards: config["data"][wildcards.dataset],
+        # And so does a changed file, by content: a copy that keeps an older modification
+        # time (cp -p, rsync -a) is as new as any other.
+        sources=data_source_digests,
     script:
         "../workflow/scripts/prepare_data.py"

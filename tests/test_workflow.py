@@ -156,6 +156,37 @@ def test_replaced_data_files_are_prepared_again(tmp_path):
     assert "prepare_data" in again.stdout and "updated input files" in again.stdout.lower()
 
 
+def test_a_replaced_data_file_with_an_older_modification_time_is_prepared_again(tmp_path):
+    """`cp -p` (or `rsync -a`) of new train_x.npy over the user's kept the older file's time:
+    `snakemake -n` said "Nothing to be done" and the runs kept the old data."""
+    import os
+
+    import numpy as np
+
+    from dmls.data import datasets
+
+    source = tmp_path / "tabular"
+    source.mkdir()
+    arrays = datasets.make_synthetic_tabular(64, 32, seed=0)
+    for name, array in zip(datasets.TABULAR_FILES, arrays, strict=True):
+        np.save(source / name, array)
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"results_dir: {tmp_path / 'results'}\ndata: {{tabular: {{dir: {source}}}}}\n"
+    )
+    manifest = str(tmp_path / "results" / "data" / "tabular.json")
+    assert snakemake(manifest, "--cores", "1", "--configfile", str(config)).returncode == 0
+    old = (source / "train_x.npy").stat().st_mtime - 3600
+    np.save(source / "train_x.npy", arrays[0] + 1)
+    os.utime(source / "train_x.npy", (old, old))  # as cp -p of an older file leaves it
+    again = snakemake(manifest, "-n", "--configfile", str(config))
+    assert "prepare_data" in again.stdout and "params have changed" in again.stdout.lower()
+    # Content unchanged, time changed back: nothing to prepare on content's account.
+    np.save(source / "train_x.npy", arrays[0])
+    os.utime(source / "train_x.npy", (old, old))
+    assert "Nothing to be done" in snakemake(manifest, "-n", "--configfile", str(config)).stdout
+
+
 def planned_jobs(*args: str) -> dict[str, str]:
     """Rule -> the reason of its job, as `snakemake -n *args` plans them (one job per rule)."""
     out = snakemake("-n", *args)
