@@ -269,3 +269,19 @@ def test_one_top_level_key_sets_every_runs_seeds_from_the_command_line():
     config["seeds"] = None
     runs = resolve_runs(config)
     assert runs["optimizer/sgd"].seeds == 5 and runs["optimizer/adam"].seeds == 3
+
+
+def test_markup_in_a_title_is_refused_before_it_reaches_snakemakes_report():
+    """A study title of <script>alert(1)</script> was placed raw inside the `snakemake
+    --report` page's script block, where it ran."""
+    config = raw_config()
+    config["studies"]["parallelism"]["title"] = "<script>alert(1)</script>"
+    config["special_studies"]["profiler"]["title"] = "B4 & more"
+    with pytest.raises(SpecError) as err:
+        check_config(config)
+    rule = "plain text (no <, > or &), as it goes into HTML and Snakemake's report"
+    assert str(err.value) == (
+        "invalid config:\n"
+        f"  special_studies.profiler.title: 'B4 & more' is not allowed: {rule}\n"
+        f"  studies.parallelism.title: '<script>alert(1)</script>' is not allowed: {rule}"
+    )

@@ -346,6 +346,8 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
     if error.validator == "enum":
         allowed = ", ".join(map(str, error.validator_value))
         return [f"{where}: {error.instance!r} is not allowed; allowed: {allowed}"]
+    if error.validator == "pattern" and (rule := error.schema.get("x-rule")):
+        return [f"{where}: {error.instance!r} is not allowed: {rule}"]
     if "propertyNames" in error.schema_path:
         rule = error.schema.get("description", f"must match {error.validator_value!r}")
         return [f"{where}: name {error.instance!r} is not allowed: {rule}"]
