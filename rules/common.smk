@@ -259,10 +259,25 @@ def advise_bytecode_cache():
         print(note, file=sys.stderr)
 
 
+def advise_cores():
+    """Where --cores makes timed runs share cores, say so (and go on)."""
+    import os
+
+    from dmls.supervisor.slots import core_advice
+
+    if on_cluster() or not workflow.cores:
+        return
+    shares = {run_id: spec.cpu_shares for run_id, spec in RUNS.items()}
+    cpus = len(os.sched_getaffinity(0))
+    for line in core_advice(workflow.cores, cpus, shares, config["isolation"]):
+        print(line, file=sys.stderr)
+
+
 onstart:
     check_slurm_status_checks()
     check_fault_drill()
     advise_bytecode_cache()
+    advise_cores()
 
 
 def print_outcome():

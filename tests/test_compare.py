@@ -137,3 +137,10 @@ def test_runs_of_the_same_spec_on_different_data_are_not_the_same_experiment(tmp
         "single_gpu on b: differs from a in data (sha256 000000000000… vs ffffffffffff…) (not "
         "the same experiment)"
     ]
+
+
+def test_an_output_that_names_a_folder_gets_compare_html_in_it(folders, tmp_path, capsys):
+    """`-o results/` raised a bare IsADirectoryError."""
+    assert compare.main([*map(str, folders), "-o", str(tmp_path)]) == 0
+    assert (tmp_path / "compare.html").exists()
+    assert capsys.readouterr().out.endswith(f"wrote {tmp_path / 'compare.html'}\n")

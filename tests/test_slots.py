@@ -127,3 +127,18 @@ class _deadline:
     def __exit__(self, *exc):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self.previous)
+
+
+def test_cores_beyond_the_host_or_below_a_runs_processes_are_said_before_the_dag():
+    from dmls.supervisor.slots import core_advice
+
+    runs = {"parallelism/single_gpu": 1, "cluster_torchrun/n2xp2": 4}
+    assert core_advice(2, 2, runs, "host") == [
+        "1 run(s) start more processes than --cores 2 (e.g. cluster_torchrun/n2xp2: 4): their "
+        "processes share cores, and their times are not those of a host with a core per process"
+    ]
+    assert core_advice(8, 2, runs, "none") == [
+        "--cores 8 is more than the 2 CPUs this process may use: jobs run side by side share "
+        "cores, so the timings they record are slower than they would be"
+    ]
+    assert core_advice(4, 16, runs, "host") == []

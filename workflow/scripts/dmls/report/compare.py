@@ -212,9 +212,12 @@ def write(folders: list[Path], out: Path, names: list[str] | None = None) -> dic
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", type=Path, nargs="+", help="results folders, reference first")
-    parser.add_argument("-o", "--out", type=Path, default=Path("compare.html"))
+    parser.add_argument("-o", "--out", type=Path, default=Path("compare.html"),
+                        help="the page to write; a folder gets compare.html in it")  # fmt: skip
     parser.add_argument("--names", nargs="+", help="a label per folder (default: its name)")
     args = parser.parse_args(argv)
+    if args.out.is_dir():
+        args.out = args.out / "compare.html"
     try:
         result = write(args.folders, args.out, args.names)
     except CompareError as e:

@@ -125,3 +125,24 @@ def reserve(
             )
             told = True
         time.sleep(poll_s)
+
+
+def core_advice(cores: int, cpus: int, processes: dict[str, int], isolation: str) -> list[str]:
+    """What `--cores` leaves to share, said before the DAG starts (timings are what these
+    runs compare): `cores` above this host's `cpus`, and runs (id -> processes' worth of
+    cores, RunSpec.cpu_shares) that start more processes than `cores`."""
+    lines = []
+    if cores > cpus:
+        lines.append(
+            f"--cores {cores} is more than the {cpus} CPUs this process may use: jobs run side "
+            "by side share cores, so the timings they record are slower than they would be"
+        )
+    crowded = {run: n for run, n in processes.items() if n > cores}
+    if crowded and isolation != "none":
+        run, n = next(iter(crowded.items()))
+        lines.append(
+            f"{len(crowded)} run(s) start more processes than --cores {cores} (e.g. {run}: "
+            f"{n}): their processes share cores, and their times are not those of a host with "
+            "a core per process"
+        )
+    return lines
