@@ -9,7 +9,7 @@ from snakemake.utils import min_version, validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from dmls.config.spec import check_config
+from dmls.config.spec import SpecError, check_config, duplicate_keys
 
 min_version("9.0")
 
@@ -19,6 +19,11 @@ configfile: "config/config.yaml"
 
 # Every config error at once, each naming its key and what is allowed there; then Snakemake's
 # validate fills in the schema's defaults.
+for _path in ["config/config.yaml", *workflow.overwrite_configfiles]:
+    if _twice := duplicate_keys(Path(_path)):
+        raise SpecError(
+            "a key given twice (YAML keeps the last):\n  " + "\n  ".join(_twice)
+        )
 check_config(config)
 validate(config, "config/schemas/config.schema.yaml")
 

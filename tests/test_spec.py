@@ -285,3 +285,16 @@ def test_markup_in_a_title_is_refused_before_it_reaches_snakemakes_report():
         f"  special_studies.profiler.title: 'B4 & more' is not allowed: {rule}\n"
         f"  studies.parallelism.title: '<script>alert(1)</script>' is not allowed: {rule}"
     )
+
+
+def test_a_key_given_twice_in_a_config_file_is_named_with_its_lines(tmp_path):
+    """YAML keeps the last of two equal keys, so the first setting silently did not apply."""
+    from dmls.config.spec import duplicate_keys
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "defaults:\n  epochs: 2\n  seeds: 1\n  epochs: 3\n"
+        "studies:\n  b: {base: &a {epochs: 1}}\n  c: {base: {<<: *a, epochs: 2}}\n"
+    )
+    assert duplicate_keys(path) == [f"{path}: line 4: 'epochs' again (first at line 2)"]
+    assert duplicate_keys(ROOT / "config" / "config.yaml") == []  # (its `<<:` merges are fine)

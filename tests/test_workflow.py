@@ -541,3 +541,11 @@ def test_a_data_path_that_names_nothing_stops_the_dag_before_any_job(tmp_path):
     said = out.stdout + out.stderr  # (Snakemake prints a parse error on stdout)
     assert f"data.cifar10.archive: {tmp_path}/cifar-10-pyton.tar.gz does not exist" in said
     assert "prepare_data" not in out.stdout
+
+
+def test_a_config_file_with_a_key_given_twice_stops_the_dag_before_any_job(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("defaults:\n  epochs: 2\n  epochs: 3\n")
+    out = snakemake("-n", "--cores", "1", "--configfile", str(config))
+    assert out.returncode != 0
+    assert f"{config}: line 3: 'epochs' again (first at line 2)" in out.stdout + out.stderr

@@ -276,6 +276,36 @@ def deep_merge(*layers: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+class _NoDuplicates(yaml.SafeLoader):
+    """YAML's safe loader, keeping each mapping's duplicate keys (YAML takes the last)."""
+
+    duplicates: list[str]
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # `<<: *anchor` merges keys that the mapping's own may override
+            key = key_node.value
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                self.duplicates.append(f"line {line}: {key!r} again (first at line {seen[key]})")
+            seen.setdefault(key, line)
+        return super().construct_mapping(node, deep=deep)
+
+
+def duplicate_keys(path: Path) -> list[str]:
+    """Keys a YAML config file gives twice in one mapping, with their lines: YAML keeps the
+    last silently, so the first setting would not apply."""
+    loader = _NoDuplicates(Path(path).read_text())
+    loader.duplicates = []
+    try:
+        loader.get_single_data()
+    finally:
+        loader.dispose()
+    return [f"{path}: {line}" for line in loader.duplicates]
+
+
 def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
     with open(path) as f:
         return yaml.safe_load(f)
