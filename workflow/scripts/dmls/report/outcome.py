@@ -11,6 +11,10 @@ from pathlib import Path
 from dmls import record
 
 STATUSES = ("ok", "diverged", "skipped", "failed")
+UNREADABLE = (
+    "metrics.json cut short, changed or of another version (the aggregation's error says what); "
+    "rebuild it with snakemake --forcerun <that file>"
+)
 
 
 def summary(paths: Iterable[Path], report: Path | None = None) -> str:
@@ -26,9 +30,9 @@ def summary(paths: Iterable[Path], report: Path | None = None) -> str:
             continue
         try:
             metrics = record.read(path)
-        except record.RecordError as e:
+        except record.RecordError:
             counts["unreadable"] += 1
-            reasons.setdefault(str(e), []).append(f"{study}/{run}")
+            reasons.setdefault(UNREADABLE, []).append(f"{study}/{run}")
             continue
         counts[metrics["status"]] += 1
         if metrics["status"] != "ok":
