@@ -130,9 +130,9 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
     ]  # fmt: skip
 
 
-def test_replaced_data_files_are_prepared_again(tmp_path):
-    """Before: new rows in the user's train_x.npy left the old prepared copy in use and
-    `snakemake -n` called every run up to date."""
+def prepared_user_tabular(tmp_path: Path) -> tuple[Path, tuple, list[str]]:
+    """The user's tabular files in a folder of theirs, prepared once by the DAG: (the folder,
+    its arrays, the `snakemake` arguments that plan its manifest under that config)."""
     import numpy as np
 
     from dmls.data import datasets
@@ -146,13 +146,22 @@ def test_replaced_data_files_are_prepared_again(tmp_path):
     config.write_text(
         f"results_dir: {tmp_path / 'results'}\ndata: {{tabular: {{dir: {source}}}}}\n"
     )
-    manifest = str(tmp_path / "results" / "data" / "tabular.json")
-    out = snakemake(manifest, "--cores", "1", "--configfile", str(config))
+    target = [str(tmp_path / "results" / "data" / "tabular.json"), "--configfile", str(config)]
+    out = snakemake(*target, "--cores", "1")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "Nothing to be done" in snakemake(manifest, "-n", "--configfile", str(config)).stdout
+    return source, arrays, target
+
+
+def test_replaced_data_files_are_prepared_again(tmp_path):
+    """Before: new rows in the user's train_x.npy left the old prepared copy in use and
+    `snakemake -n` called every run up to date."""
+    import numpy as np
+
+    source, arrays, target = prepared_user_tabular(tmp_path)
+    assert "Nothing to be done" in snakemake(*target, "-n").stdout
     time.sleep(1)  # a modification time Snakemake can tell apart
     np.save(source / "train_x.npy", arrays[0] + 1)
-    again = snakemake(manifest, "-n", "--configfile", str(config))
+    again = snakemake(*target, "-n")
     assert "prepare_data" in again.stdout and "updated input files" in again.stdout.lower()
 
 
@@ -163,28 +172,16 @@ def test_a_replaced_data_file_with_an_older_modification_time_is_prepared_again(
 
     import numpy as np
 
-    from dmls.data import datasets
-
-    source = tmp_path / "tabular"
-    source.mkdir()
-    arrays = datasets.make_synthetic_tabular(64, 32, seed=0)
-    for name, array in zip(datasets.TABULAR_FILES, arrays, strict=True):
-        np.save(source / name, array)
-    config = tmp_path / "c.yaml"
-    config.write_text(
-        f"results_dir: {tmp_path / 'results'}\ndata: {{tabular: {{dir: {source}}}}}\n"
-    )
-    manifest = str(tmp_path / "results" / "data" / "tabular.json")
-    assert snakemake(manifest, "--cores", "1", "--configfile", str(config)).returncode == 0
+    source, arrays, target = prepared_user_tabular(tmp_path)
     old = (source / "train_x.npy").stat().st_mtime - 3600
     np.save(source / "train_x.npy", arrays[0] + 1)
     os.utime(source / "train_x.npy", (old, old))  # as cp -p of an older file leaves it
-    again = snakemake(manifest, "-n", "--configfile", str(config))
+    again = snakemake(*target, "-n")
     assert "prepare_data" in again.stdout and "params have changed" in again.stdout.lower()
     # Content unchanged, time changed back: nothing to prepare on content's account.
     np.save(source / "train_x.npy", arrays[0])
     os.utime(source / "train_x.npy", (old, old))
-    assert "Nothing to be done" in snakemake(manifest, "-n", "--configfile", str(config)).stdout
+    assert "Nothing to be done" in snakemake(*target, "-n").stdout
 
 
 def planned_jobs(*args: str) -> dict[str, str]:
