@@ -211,11 +211,13 @@ def test_multi_node_runs_match_the_local_emulation(slurm_b, local_b):
 
 
 def test_a_failing_job_is_reported_failed_promptly(slurm_cluster, tmp_path):
-    # A data folder that does not exist: preparing the B data fails in its Slurm job (a
-    # DataError, whatever `strict` says), and no training job can start after it.
+    # A data folder without the data (one that does not exist stops Snakemake before any job):
+    # preparing the B data fails in its Slurm job (a DataError, whatever `strict` says), and
+    # no training job can start after it.
     results = tmp_path / "results"
+    (tmp_path / "empty").mkdir()
     broken = tmp_path / "broken.yaml"
-    broken.write_text(yaml.safe_dump({"data": {"tabular": {"dir": str(tmp_path / "none")}}}))
+    broken.write_text(yaml.safe_dump({"data": {"tabular": {"dir": str(tmp_path / "empty")}}}))
     # One attempt: the profile's retry would only repeat the same failure.
     out, seconds = on_slurm(
         results, "--configfile", ".test/config.yaml", str(broken), "--config",
@@ -227,6 +229,9 @@ def test_a_failing_job_is_reported_failed_promptly(slurm_cluster, tmp_path):
     assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out.stderr
     logs = [results / "logs" / "prepare_data" / "tabular.log", *results.rglob("*.log")]
     text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
-    assert f"data.tabular.dir is set to {tmp_path / 'none'}, which is not a folder" in text
+    missing = tmp_path / "empty" / "train_x.npy"
+    assert (
+        f"tabular file {missing} does not exist (data.tabular.dir = {tmp_path / 'empty'})" in text
+    )
     assert not (results / "runs" / "cluster_torchrun" / "n1xp1" / "metrics.json").exists()
     assert seconds < 180
