@@ -9,9 +9,17 @@ from snakemake.utils import min_version, validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from dmls.config.spec import SpecError, check_config, duplicate_keys
+from dmls.config.spec import SpecError, check_config, config_file_problems
 
 min_version("9.0")
+
+
+# A YAML syntax error or a key given twice, with its file and line, before Snakemake reads the
+# file. (A --configfile with a syntax error fails earlier, in Snakemake's command line, which
+# names neither: the README gives the one-line check.)
+for _path in ["config/config.yaml", *workflow.overwrite_configfiles]:
+    if _problems := config_file_problems(Path(_path)):
+        raise SpecError("invalid config file:\n  " + "\n  ".join(_problems))
 
 
 configfile: "config/config.yaml"
@@ -19,11 +27,6 @@ configfile: "config/config.yaml"
 
 # Every config error at once, each naming its key and what is allowed there; then Snakemake's
 # validate fills in the schema's defaults.
-for _path in ["config/config.yaml", *workflow.overwrite_configfiles]:
-    if _twice := duplicate_keys(Path(_path)):
-        raise SpecError(
-            "a key given twice (YAML keeps the last):\n  " + "\n  ".join(_twice)
-        )
 check_config(config)
 validate(config, "config/schemas/config.schema.yaml")
 

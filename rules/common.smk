@@ -15,9 +15,12 @@ RESULTS = config["results_dir"]
 STUDIES_DIR = f"{RESULTS}/studies"
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
-# A data path that names nothing stops here, naming its key, before any job.
-if _missing := datasets.path_problems(config["data"]):
-    raise WorkflowError("invalid config:\n  " + "\n  ".join(_missing))
+# A data path that names nothing, or files its preparation could not read, stop here, naming
+# the key, before any job: a failed prepare_data would queue every run of its data again.
+if _bad_data := datasets.source_problems(
+    config["data"], f"{RESULTS}/data/.sources-read"
+):
+    raise WorkflowError("invalid config:\n  " + "\n  ".join(_bad_data))
 # Study -> its run ids, in config order; only studies with runs get a report section.
 STUDY_RUNS = {}
 for _run_id, _spec in RUNS.items():
@@ -69,10 +72,9 @@ def data_source_files(wildcards):
 
 def data_source_digests(wildcards):
     """The SHA-256 of each of the user's files a dataset is prepared from, by path."""
-    return {
-        str(path): datasets.file_digest(path, "sha256")
-        for path in data_source_files(wildcards)
-    }
+    return datasets.source_digests(
+        wildcards.dataset, config["data"].get(wildcards.dataset, {})
+    )
 
 
 def dataset_manifest(wildcards):

@@ -552,12 +552,41 @@ def test_synthetic_images_learnable() -> None:
 
 
 def test_configured_paths_that_name_nothing_are_named_with_their_keys(tmp_path):
-    from dmls.data.datasets import path_problems
+    from dmls.data.datasets import source_problems
 
     (tmp_path / "here").mkdir()
     config = {
-        "tabular": {"dir": str(tmp_path / "here")},
+        "tabular": {"dir": str(tmp_path / "gone")},
         "cifar10": {"archive": str(tmp_path / "gone.tar.gz")},
         "fashion_mnist": {"debian_dir": None},
     }
-    assert path_problems(config) == [f"data.cifar10.archive: {tmp_path}/gone.tar.gz does not exist"]
+    assert source_problems(config, tmp_path / "checked") == [
+        f"data.tabular.dir: {tmp_path}/gone does not exist",
+        f"data.cifar10.archive: {tmp_path}/gone.tar.gz does not exist",
+    ]
+
+
+def test_user_files_that_cant_be_read_are_named_before_any_job_and_read_once_per_content(
+    tmp_path, monkeypatch
+):
+    from dmls.data import datasets
+
+    source = tmp_path / "tabular"
+    source.mkdir()
+    for name, array in zip(
+        datasets.TABULAR_FILES, datasets.make_synthetic_tabular(40, 20, seed=0), strict=True
+    ):
+        np.save(source / name, array)
+    config, checked = {"tabular": {"dir": str(source)}}, tmp_path / "checked"
+    assert datasets.source_problems(config, checked) == []
+    assert len(list(checked.iterdir())) == 1  # the marker of this content
+
+    reads = []
+    monkeypatch.setattr(datasets, "_read_source", lambda *a: reads.append(a))
+    assert datasets.source_problems(config, checked) == [] and reads == []  # read once
+    monkeypatch.undo()
+
+    np.save(source / "train_x.npy", np.zeros((40, 7), np.float32))  # a damaged copy
+    assert datasets.source_problems(config, checked) == [
+        f"data.tabular.dir: {source}/train_x.npy: shape (40, 7), expected (N, 512) with N > 0"
+    ]

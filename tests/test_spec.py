@@ -289,12 +289,24 @@ def test_markup_in_a_title_is_refused_before_it_reaches_snakemakes_report():
 
 def test_a_key_given_twice_in_a_config_file_is_named_with_its_lines(tmp_path):
     """YAML keeps the last of two equal keys, so the first setting silently did not apply."""
-    from dmls.config.spec import duplicate_keys
+    from dmls.config.spec import config_file_problems
 
     path = tmp_path / "c.yaml"
     path.write_text(
         "defaults:\n  epochs: 2\n  seeds: 1\n  epochs: 3\n"
         "studies:\n  b: {base: &a {epochs: 1}}\n  c: {base: {<<: *a, epochs: 2}}\n"
     )
-    assert duplicate_keys(path) == [f"{path}: line 4: 'epochs' again (first at line 2)"]
-    assert duplicate_keys(ROOT / "config" / "config.yaml") == []  # (its `<<:` merges are fine)
+    assert config_file_problems(path) == [f"{path}: line 4: 'epochs' again (first at line 2)"]
+    # (config.yaml's `<<:` merges are fine)
+    assert config_file_problems(ROOT / "config" / "config.yaml") == []
+
+
+def test_a_yaml_syntax_error_in_a_config_file_is_named_with_its_line_and_column(tmp_path):
+    """Snakemake said only "Config file is not valid JSON or YAML", naming no file or line."""
+    from dmls.config.spec import config_file_problems
+
+    path = tmp_path / "c.yaml"
+    path.write_text("defaults:\n  epochs: 2\n   seeds: 3\n")
+    assert config_file_problems(path) == [
+        f"{path}: line 3, column 9: mapping values are not allowed here (YAML syntax)"
+    ]

@@ -540,6 +540,27 @@ def test_a_data_path_that_names_nothing_stops_the_dag_before_any_job(tmp_path):
     assert "prepare_data" not in out.stdout
 
 
+def test_a_damaged_data_file_stops_the_dag_before_any_job_and_keeps_the_prepared_data(tmp_path):
+    """A source that exists but can't be read failed prepare_data, which deleted the prepared
+    files: once fixed, every run of the data was queued again."""
+    import numpy as np
+
+    source, arrays, target = prepared_user_tabular(tmp_path)
+    manifest = tmp_path / "results" / "data" / "tabular.json"
+    before = manifest.read_bytes(), manifest.stat().st_mtime_ns
+    good = (source / "train_y.npy").read_bytes()
+    (source / "train_y.npy").write_bytes(good[: len(good) // 2])  # a truncated copy
+    out = snakemake(*target, "--cores", "1")
+    assert out.returncode != 0 and "prepare_data" not in out.stdout
+    assert f"data.tabular.dir: tabular file {source}/train_y.npy is not a readable .npy" in (
+        out.stdout + out.stderr
+    )
+    assert (manifest.read_bytes(), manifest.stat().st_mtime_ns) == before
+    (source / "train_y.npy").write_bytes(good)  # fixed: the same content as prepared
+    assert "Nothing to be done" in snakemake(*target, "-n").stdout
+    assert np.array_equal(np.load(source / "train_y.npy"), arrays[1])
+
+
 def test_a_config_file_with_a_key_given_twice_stops_the_dag_before_any_job(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("defaults:\n  epochs: 2\n  epochs: 3\n")

@@ -294,13 +294,18 @@ class _NoDuplicates(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def duplicate_keys(path: Path) -> list[str]:
-    """Keys a YAML config file gives twice in one mapping, with their lines: YAML keeps the
-    last silently, so the first setting would not apply."""
+def config_file_problems(path: Path) -> list[str]:
+    """What YAML would get wrong in a config file, each with its line: a syntax error (which
+    Snakemake reports without file or line), or a key given twice in one mapping (YAML keeps
+    the last silently, so the first setting would not apply)."""
     loader = _NoDuplicates(Path(path).read_text())
     loader.duplicates = []
     try:
         loader.get_single_data()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        return [f"{path}: {where}{e.problem or e.context} (YAML syntax)"]
     finally:
         loader.dispose()
     return [f"{path}: {line}" for line in loader.duplicates]

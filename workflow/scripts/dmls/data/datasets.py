@@ -9,6 +9,8 @@ dmls.data.sources.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -303,15 +305,66 @@ def source_files(name: str, cfg: dict) -> list[Path]:
 USER_PATHS = {"tabular": ("dir",), "cifar10": ("archive",), "fashion_mnist": ("debian_dir",)}
 
 
-def path_problems(data_config: dict) -> list[str]:
-    """Each configured path (config `data`) that names nothing, with its key: checked before
-    any job, as a typo would otherwise fail `prepare_data` and rerun every run of the data."""
-    return [
-        f"data.{name}.{key}: {path} does not exist"
-        for name, keys in USER_PATHS.items()
-        for key in keys
-        if (path := (data_config.get(name) or {}).get(key)) and not Path(path).exists()
-    ]
+@functools.lru_cache(maxsize=64)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    return file_digest(Path(path), "sha256")
+
+
+def source_digests(name: str, cfg: dict) -> dict[str, str]:
+    """The SHA-256 of each of the user's files dataset `name` is read from (`source_files`), by
+    path: the data's identity before it is prepared. Hashed once per process and file version,
+    as Snakemake asks for it at parse time and again per job."""
+    digests = {}
+    for path in source_files(name, cfg):
+        st = path.stat()
+        digests[str(path)] = _digest(str(path), st.st_size, st.st_mtime_ns)
+    return digests
+
+
+def _read_source(name: str, cfg: dict) -> None:
+    """Read the user's files of `name` as `prepare` will (raises DataError naming the file)."""
+    if name == "tabular":
+        read_tabular_dir(Path(cfg["dir"]))
+    elif name == "cifar10":
+        read_cifar10_archive(Path(cfg["archive"]), cfg.get("md5", CIFAR10_MD5))
+    elif name == "fashion_mnist":
+        directory = Path(cfg["debian_dir"])
+        present = [(directory / f"{stem}.gz").is_file() for stem in FASHION_MNIST_FILES]
+        if all(present):
+            read_fashion_mnist_dir(directory)
+        elif any(present):  # none at all falls back to the download, as in `prepare`
+            missing = [s for s, ok in zip(FASHION_MNIST_FILES, present, strict=True) if not ok]
+            raise DataError(f"{directory} lacks {', '.join(f'{s}.gz' for s in missing)}")
+
+
+def source_problems(data_config: dict, checked_dir: Path) -> list[str]:
+    """What is wrong with each of the user's configured data paths (config `data`), with its
+    key: a path that names nothing, or files that exist but can't be read (a damaged archive,
+    an array of the wrong shape). Checked before any job: a `prepare_data` that fails loses
+    its previous outputs, and the runs that trained on them would all be queued again.
+    Reading is what `prepare` does, so it is done once per content: `checked_dir` keeps a
+    marker per set of files read without a problem, named by their SHA-256."""
+    problems = []
+    for name, keys in USER_PATHS.items():
+        cfg = data_config.get(name) or {}
+        for key in keys:
+            if not (path := cfg.get(key)):
+                continue
+            if not Path(path).exists():
+                problems.append(f"data.{name}.{key}: {path} does not exist")
+                continue
+            identity = json.dumps([name, cfg.get("md5"), source_digests(name, cfg)], sort_keys=True)
+            marker = Path(checked_dir) / hashlib.sha256(identity.encode()).hexdigest()
+            if marker.exists():
+                continue
+            try:
+                _read_source(name, cfg)
+            except DataError as e:
+                problems.append(f"data.{name}.{key}: {e}")
+                continue
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(identity + "\n")
+    return problems
 
 
 def prepared_files(out_dir: Path, name: str) -> tuple[Path, Path]:

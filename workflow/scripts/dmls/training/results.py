@@ -180,8 +180,10 @@ def seed_result(
         | {
             "n_train": n_train,
             "n_test": n_test,
-            # Samples per rank and epoch that no step saw (a dropped last batch), and why.
-            "train_samples_unseen_per_epoch": loaders.unseen_per_epoch,
+            # Samples per epoch that no step saw, over all ranks (each drops its ragged last
+            # batch), and why.
+            "train_samples_unseen_per_epoch": loaders.unseen_per_epoch
+            * loaders.sampler.num_replicas,
             "train_samples_unseen_reason": loaders.unseen_reason,
         },
     }
