@@ -46,17 +46,28 @@ def assert_same_weights(a, b, atol=1e-5):
 
 
 def test_ddp_two_ranks_equal_one_process_with_the_global_batch(tmp_path, tabular_dir):
-    one, one_dir = run(tmp_path, tabular_dir, "single", launcher="single", batch_size=64)
+    split = {"validation_samples": 64}
+    one, one_dir = run(tmp_path, tabular_dir, "single", launcher="single", batch_size=64, **split)
     ddp, ddp_dir = run(
-        tmp_path, tabular_dir, "ddp", launcher="torchrun", nproc_per_node=2, batch_size=32
-    )
+        tmp_path, tabular_dir, "ddp", launcher="torchrun", nproc_per_node=2, batch_size=32,
+        **split,
+    )  # fmt: skip
     assert one["status"] == ddp["status"] == "ok"
     assert ddp["world_size"] == 2 and sorted(r["rank"] for r in ddp["ranks"]) == [0, 1]
     assert_same_weights(weights(one_dir), weights(ddp_dir))
-    # Test metrics cover the whole test set (reduced over both shards), so they agree too.
-    assert ddp["data"]["n_test"] == 100
+    # Test and validation metrics cover the whole set (reduced over both shards), so they
+    # agree too.
+    assert (ddp["data"]["n_train"], ddp["data"]["n_validation"], ddp["data"]["n_test"]) == (
+        192, 64, 100
+    )  # fmt: skip
     assert ddp["final"]["test_loss"] == pytest.approx(one["final"]["test_loss"], abs=1e-5)
     assert ddp["final"]["test_accuracy"] == pytest.approx(one["final"]["test_accuracy"], abs=1e-9)
+    for key in ("val_loss", "val_accuracy"):
+        got = [h[key] for h in ddp["history"]]
+        assert got == pytest.approx([h[key] for h in one["history"]], abs=1e-5), key
+        assert None not in got
+    header = (ddp_dir / "history.csv").read_text().splitlines()[0]
+    assert header.startswith("seed,epoch,train_loss,train_accuracy,val_loss,val_accuracy,")
     assert len(ddp["history"]) == 2 and ddp["summary"]["samples_per_s"]["mean"] > 0
     (seed,) = ddp["seeds"]
     epochs = [h["train_time_s"] for h in seed["history"]]
@@ -307,3 +318,132 @@ def test_a_last_batch_of_one_sample_under_batch_norm_is_left_out_and_recorded(tm
     plain = train("plain", False, "device")
     assert plain["data"]["train_samples_unseen_per_epoch"] == 0
     assert plain["data"]["train_samples_unseen_reason"] is None
+
+
+def test_a_validation_split_that_leaves_less_than_a_batch_is_refused_naming_the_key(tabular_dir):
+    from dmls.config.spec import SpecError
+    from dmls.training import job as trainer
+
+    spec = make_spec(dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu",
+                     epochs=1, batch_size=32, validation_samples=240, num_workers=0)  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        trainer.train(spec, tabular_dir, tabular_dir, tabular_dir / "unused-c.pt")
+    assert str(err.value) == (
+        "studies.t.runs.r.validation_samples: 240 of the 256 training samples held out leave "
+        "16 to train, fewer than one step's batch of 32; use at most 224"
+    )
+
+
+@pytest.mark.parametrize("loader", ["device", "torch"])
+def test_the_validation_split_is_the_last_training_rows_and_never_trains(tabular_dir, loader):
+    from dmls.data import datasets
+    from dmls.data.loaders import make_loaders
+
+    ds = datasets.load(tabular_dir, "tabular")
+    row_index = {row.tobytes(): i for i, row in enumerate(ds.x_train)}
+
+    def indices(batches) -> list[int]:
+        return [row_index[row.numpy().tobytes()] for x, _ in batches for row in x]
+
+    # `train_samples` takes its first N from what the split leaves.
+    for train_samples, trained in ((0, range(192)), (128, range(128))):
+        spec = make_spec(
+            dataset="tabular", device="cpu", batch_size=16, num_workers=0, loader=loader,
+            validation_samples=64, train_samples=train_samples,
+        )  # fmt: skip
+        ranks = [
+            make_loaders(spec, tabular_dir, rank=r, world_size=2, device=torch.device("cpu"),
+                         samples_per_step=16, memory_format=torch.contiguous_format)
+            for r in (0, 1)
+        ]  # fmt: skip
+        assert [(d.n_train, d.n_validation) for d in ranks] == [(len(trained), 64)] * 2
+        # Each rank's shard of rows 192..255, without padding, labels with their rows.
+        for r, data in enumerate(ranks):
+            assert indices(data.validation) == list(range(192 + r, 256, 2))
+            labels = torch.cat([y for _, y in data.validation])
+            assert torch.equal(labels, torch.from_numpy(ds.y_train[192 + r :: 2]))
+        assert sorted(i for d in ranks for i in indices(d.train)) == list(trained)
+    off = make_loaders(make_spec(dataset="tabular", device="cpu", num_workers=0), tabular_dir,
+                       rank=0, world_size=1, device=torch.device("cpu"), samples_per_step=32,
+                       memory_format=torch.contiguous_format)  # fmt: skip
+    assert (off.validation, off.n_validation, off.n_train) == (None, 0, 256)
+
+
+def train_in_process(data_dir, run_dir, **overrides) -> dict:
+    """One seed of a small B-shaped run with a validation split, trained in this process."""
+    from dmls.training import job as trainer
+
+    settings = dict(
+        dataset="tabular", model=B_MODEL, device="cpu", epochs=8, batch_size=32, num_workers=0,
+        optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.9}, validation_samples=64,
+    )  # fmt: skip
+    spec = make_spec(**(settings | overrides))
+    run_dir.mkdir()
+    return trainer.train(spec, data_dir, run_dir, run_dir / "checkpoint.pt")
+
+
+def test_early_stopping_never_reads_the_test_set(tmp_path, tabular_dir):
+    """Before: early stopping watched the test loss, so the test set chose the epoch."""
+    import shutil
+    from itertools import pairwise
+
+    import numpy as np
+
+    from dmls.data import datasets
+
+    # The same prepared data, but its test labels drawn at random.
+    scrambled = tmp_path / "scrambled"
+    scrambled.mkdir()
+    (manifest, arrays), (to_manifest, to_arrays) = (
+        datasets.prepared_files(d, "tabular") for d in (tabular_dir, scrambled)
+    )
+    shutil.copy(manifest, to_manifest)
+    with np.load(arrays) as z:
+        replaced = {k: z[k] for k in z.files}
+    y = replaced["y_test"]
+    replaced["y_test"] = np.random.default_rng(1).integers(0, y.max() + 1, len(y), dtype=y.dtype)
+    np.savez(to_arrays, **replaced)
+    assert (replaced["y_test"] != y).mean() > 0.5
+
+    (a,), (b,) = (
+        train_in_process(data, tmp_path / name, early_stopping_patience=1)["seeds"]
+        for data, name in ((tabular_dir, "real_run"), (scrambled, "scrambled_run"))
+    )
+    assert a["status"] == b["status"] == "ok"
+    stopped = a["final"]["stopped_early_epoch"]
+    assert stopped is not None and stopped < 8  # it did stop early
+    assert b["final"]["stopped_early_epoch"] == stopped
+    for key in ("val_loss", "val_accuracy", "train_loss"):
+        assert [h[key] for h in a["history"]] == [h[key] for h in b["history"]], key
+    assert [h["test_loss"] for h in a["history"]] != [h["test_loss"] for h in b["history"]]
+    # Patience 1: the validation loss fell every epoch until the one it stopped at.
+    val = [h["val_loss"] for h in a["history"]]
+    assert len(val) == stopped and val[-1] >= min(val[:-1])
+    assert all(x > y for x, y in pairwise(val[:-1]))
+
+
+def test_history_rows_carry_the_validation_metrics_only_with_a_split(tmp_path, tabular_dir):
+    from dmls.data import datasets
+    from dmls.training.models import build_model
+
+    on = train_in_process(tabular_dir, tmp_path / "on", epochs=2)
+    off = train_in_process(tabular_dir, tmp_path / "off", epochs=2, validation_samples=0)
+    (seed_on,), (seed_off,) = on["seeds"], off["seeds"]
+    assert [len({"val_loss", "val_accuracy"} & set(row)) for row in seed_on["history"]] == [2, 2]
+    assert [len({"val_loss", "val_accuracy"} & set(row)) for row in seed_off["history"]] == [0, 0]
+    assert (on["data"]["n_validation"], on["data"]["n_train"]) == (64, 192)
+    assert (off["data"]["n_validation"], off["data"]["n_train"]) == (0, 256)
+    # The last epoch's numbers are the saved model's on the last 64 training rows.
+    ds = datasets.load(tabular_dir, "tabular")
+    model = build_model(
+        make_spec(model=B_MODEL).model, ds.manifest["input_shape"], ds.manifest["num_classes"]
+    )
+    model.load_state_dict(torch.load(tmp_path / "on" / "model.pt", weights_only=True)["model"])
+    model.eval()
+    x, y = torch.from_numpy(ds.x_train[-64:]), torch.from_numpy(ds.y_train[-64:]).long()
+    with torch.no_grad():
+        logits = model(x)
+    last = seed_on["history"][-1]
+    loss = torch.nn.functional.cross_entropy(logits, y).item()
+    assert last["val_loss"] == pytest.approx(loss, rel=1e-6)
+    assert last["val_accuracy"] == (logits.argmax(1) == y).sum().item() / 64

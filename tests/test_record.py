@@ -172,3 +172,34 @@ def test_a_diverged_seed_never_enters_a_mean():
     everything_diverged = record.combine({"seeds": [diverged]})
     assert everything_diverged["summary"]["test_accuracy"] is None
     assert everything_diverged["history"] == []
+
+
+def test_the_validation_curve_is_averaged_over_the_seeds_like_the_test_curve():
+    seeds = [seed(0.5, 1.0), seed(0.7, 1.0) | {"seed": 1}]
+    for s, value in zip(seeds, (0.4, 0.6), strict=True):
+        for row in s["history"]:
+            row |= {"val_loss": value + 1, "val_accuracy": value}
+    first = record.combine({"seeds": seeds})["history"][0]
+    assert first["val_loss"] == pytest.approx(1.5) and first["val_accuracy"] == pytest.approx(0.5)
+    # As for the test loss: t(0.975, 1) × s/√2 = 12.7062 × 0.1.
+    for key in ("val_loss_ci95", "val_accuracy_ci95", "test_loss_ci95"):
+        assert first[key] == pytest.approx(12.7062 * 0.1, rel=1e-4), key
+    # Without a validation split the columns are there, empty.
+    plain = record.combine({"seeds": [seed(0.5, 1.0)]})["history"][0]
+    assert (plain["val_loss"], plain["val_accuracy"], plain["val_loss_ci95"]) == (None,) * 3
+
+
+def test_a_record_with_a_validation_split_is_valid_and_its_fields_are_checked():
+    metrics = copy.deepcopy(fake_metrics("a", spread=(0.9, 1.0)))
+    for s in metrics["seeds"]:
+        for row in s["history"]:
+            row |= {"val_loss": 1.2, "val_accuracy": 0.4}
+    metrics["data"]["n_validation"] = 5000
+    metrics |= record.combine(metrics)
+    assert record.problems(metrics) == []
+    metrics["seeds"][0]["history"][0]["val_accuracy"] = 1.5
+    metrics["data"]["n_validation"] = -1
+    assert record.problems(metrics) == [
+        "data/n_validation: -1 is less than the minimum of 0",
+        "seeds/0/history/0/val_accuracy: 1.5 is greater than the maximum of 1",
+    ]

@@ -78,7 +78,7 @@ RUN_KEYS = (
     "augment, backend, batch_size, dataset, device, early_stopping_patience, epochs, "
     "grad_accum_steps, label_smoothing, launcher, loader, model, nodes, nproc_per_node, "
     "num_workers, optimizer, precision, replica_threads, scheduler, seed, seeds, sharding, step, "
-    "test_samples, train_samples"
+    "test_samples, train_samples, validation_samples"
 )
 STUDIES = (
     "backend, batch_size, cluster_accelerate, cluster_precision, cluster_torchrun, "
@@ -188,6 +188,24 @@ def test_strict_refuses_runs_that_pin_the_cpu_but_need_a_gpu():
     )
     config["strict"] = False  # without strict they are planned, to be recorded as skipped
     assert set(resolve_runs(config)) == {"cluster_precision/fp8", "backend/nccl"}
+
+
+def test_early_stopping_without_a_validation_split_is_refused_naming_both_keys():
+    """Early stopping watched the test loss: the test set chose each run's last epoch."""
+    config = default_config()
+    runs = resolve_runs(config)
+    assert runs["regularization/early_stopping"].validation_samples == 5000  # A's, by default
+    assert runs["cluster_torchrun/n1xp1"].validation_samples == 0  # B's, the course's
+    config["studies"]["regularization"]["runs"]["early_stopping"]["validation_samples"] = 0
+    with pytest.raises(SpecError) as err:
+        resolve_runs(config)
+    where = "studies.regularization.runs.early_stopping"
+    assert str(err.value) == (
+        f"{where}.early_stopping_patience: 3 watches the validation loss, but "
+        f"{where}.validation_samples is 0 (no validation split); hold out the last N training "
+        "samples with validation_samples: N, or set early_stopping_patience: 0 (the test set "
+        "never decides when to stop)"
+    )
 
 
 def test_replica_threads_is_a_setting_of_dataparallel_only():

@@ -51,14 +51,17 @@ MEMORY_METRICS = (
     "gpu_mem_before_step_bytes", "step_gpu_mem_bytes",
 )  # fmt: skip
 SEED_METRICS = (*SUMMARY_METRICS, *MEMORY_METRICS)
-# A seed's history, one row per epoch (history.csv adds the seed).
+# A seed's history, one row per epoch (history.csv adds the seed); val_* only in runs with a
+# validation split (`validation_samples`).
 HISTORY_COLUMNS = (
-    "epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "train_time_s",
-    "eval_time_s", "lr", "train_energy_j", "eval_energy_j",
+    "epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss",
+    "test_accuracy", "train_time_s", "eval_time_s", "lr", "train_energy_j", "eval_energy_j",
 )  # fmt: skip
 # The per-epoch columns averaged over seeds, and those drawn with their spread.
 HISTORY_METRICS = HISTORY_COLUMNS[1:]
-HISTORY_SPREAD = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+HISTORY_SPREAD = (
+    "train_loss", "train_accuracy", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
+)  # fmt: skip
 
 
 class RecordError(ValueError):

@@ -91,6 +91,7 @@ class RunSpec:
     seed: int
     seeds: int
     train_samples: int
+    validation_samples: int
     test_samples: int
     num_workers: int
     loader: str
@@ -237,6 +238,13 @@ class RunSpec:
                 f"{where}.seed: seeds {self.seed} to {self.seed + self.seeds - 1}, but a seed "
                 f"ends at {MAX_SEED} (2³² − 1, numpy's); use a seed of at most "
                 f"{MAX_SEED - self.seeds + 1}"
+            )
+        if self.early_stopping_patience and not self.validation_samples:
+            raise SpecError(
+                f"{where}.early_stopping_patience: {self.early_stopping_patience} watches the "
+                f"validation loss, but {where}.validation_samples is 0 (no validation split); "
+                "hold out the last N training samples with validation_samples: N, or set "
+                "early_stopping_patience: 0 (the test set never decides when to stop)"
             )
         if self.precision == "fp8" and self.batch_size % FP8_MULTIPLE:
             raise SpecError(

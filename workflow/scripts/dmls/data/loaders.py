@@ -1,5 +1,6 @@
-"""One rank's training and test batches: through the course's DataLoader (`loader: torch`) or
-resident on the training device (`loader: device`, data/device_resident.py)."""
+"""One rank's training, validation and test batches: through the course's DataLoader
+(`loader: torch`) or resident on the training device (`loader: device`,
+data/device_resident.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from dmls.config.spec import RunSpec
+from dmls.config.spec import RunSpec, SpecError
 from dmls.data import datasets
 from dmls.data.device_resident import CROP_PADDING, BatchAugment, DeviceBatches, DeviceLoader
 
 
 @dataclass
 class Loaders:
-    """One rank's training batches (and the sampler that orders them) and test batches."""
+    """One rank's training batches (and the sampler that orders them), test batches and, with
+    `validation_samples`, validation batches (None without)."""
 
     train: Any  # DataLoader or DeviceLoader: `len()`, iteration, and a `sampler` with set_epoch
     test: Any
@@ -30,6 +32,8 @@ class Loaders:
     # Training samples of this rank left out of every epoch (a last batch dropped), and why.
     unseen_per_epoch: int = 0
     unseen_reason: str | None = None
+    validation: Any = None
+    n_validation: int = 0
 
 
 def normalization(manifest: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,6 +115,21 @@ def make_loaders(
     `min_samples_per_device` samples is dropped, and the loaders say so."""
     ds = _dataset(Path(data_dir), spec.dataset)
     x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
+    x_val, y_val = x_train[:0], y_train[:0]
+    if spec.validation_samples:
+        # The last rows, before `train_samples`: every seed and run on this data holds out the
+        # same samples and trains on (a prefix of) the same rest.
+        keep = len(y_train) - spec.validation_samples
+        step_samples = spec.batch_size * spec.replicas
+        if keep < step_samples:
+            raise SpecError(
+                f"studies.{spec.study}.runs.{spec.run}.validation_samples: "
+                f"{spec.validation_samples} of the {len(y_train)} training samples held out "
+                f"leave {max(keep, 0)} to train, fewer than one step's batch of {step_samples}; "
+                f"use at most {len(y_train) - step_samples}"
+            )
+        x_train, x_val = x_train[:keep], x_train[keep:]
+        y_train, y_val = y_train[:keep], y_train[keep:]
     if spec.train_samples:
         x_train, y_train = x_train[: spec.train_samples], y_train[: spec.train_samples]
     if spec.test_samples:
@@ -133,26 +152,37 @@ def make_loaders(
             f"feature vectors needs at least {min_samples_per_device} in training"
         )
     drop_last = unseen_reason is not None
-    # Test shards without DistributedSampler's padding, so the reduced metrics cover every
-    # test sample exactly once.
-    shard = slice(rank, None, world_size)
-    test_batch = max(samples_per_step, 256)
     images = x_train.ndim == 4
-    test_x = normalize(torch.from_numpy(x_test), ds.manifest) if images else x_test
-    test_x, test_y = torch.as_tensor(test_x)[shard], torch.from_numpy(y_test)[shard]
+    common = dict(
+        num_workers=spec.num_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=spec.num_workers > 0,
+    )
 
+    def evaluation(x: np.ndarray, y: np.ndarray) -> Any:
+        """This rank's evaluation batches of (x, y): standardised, never augmented, sharded
+        without DistributedSampler's padding, so the reduced metrics cover every sample
+        exactly once. The validation split and the test set go through here alike."""
+        xs = normalize(torch.from_numpy(x), ds.manifest) if images else torch.from_numpy(x)
+        xs, ys = xs[rank::world_size], torch.from_numpy(y)[rank::world_size]
+        batch = max(samples_per_step, 256)
+        if spec.loader == "device":
+            xs = xs.contiguous(memory_format=memory_format) if images else xs
+            return DeviceBatches(xs.to(device), ys.to(device), batch)
+        return DataLoader(TensorDataset(xs, ys), batch_size=batch, shuffle=False, **common)
+
+    test = evaluation(x_test, y_test)
+    validation = evaluation(x_val, y_val) if spec.validation_samples else None
     if spec.loader == "device":
         transform = None
         if images:
             transform = BatchAugment(
                 spec.augment, ds.manifest["mean"], ds.manifest["std"], device, memory_format
             )
-            test_x = test_x.contiguous(memory_format=memory_format)
         train = DeviceLoader(
             torch.from_numpy(x_train).to(device), torch.from_numpy(y_train).to(device),
             sampler, samples_per_step, drop_last, transform,
         )  # fmt: skip
-        test = DeviceBatches(test_x.to(device), test_y.to(device), test_batch)
     else:
         if not images:  # feature vectors: already float32, nothing to transform
             train_set = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
@@ -162,18 +192,10 @@ def make_loaders(
             train_set = TensorDataset(
                 normalize(torch.from_numpy(x_train), ds.manifest), torch.from_numpy(y_train)
             )
-        common = dict(
-            num_workers=spec.num_workers,
-            pin_memory=device.type == "cuda",
-            persistent_workers=spec.num_workers > 0,
-        )
         train = DataLoader(
             train_set, batch_size=samples_per_step, sampler=sampler, drop_last=drop_last, **common
         )
-        test = DataLoader(
-            TensorDataset(test_x, test_y), batch_size=test_batch, shuffle=False, **common
-        )
     return Loaders(
         train, test, sampler, len(y_train), len(y_test), ds.manifest,
-        last if drop_last else 0, unseen_reason,
+        last if drop_last else 0, unseen_reason, validation, len(y_val),
     )  # fmt: skip

@@ -179,6 +179,8 @@ def seed_result(
         }
         | {
             "n_train": n_train,
+            # The last rows of the training arrays, held out (`validation_samples`; 0 = none).
+            "n_validation": loaders.n_validation,
             "n_test": n_test,
             # Samples per epoch that no step saw, over all ranks (each drops its ragged last
             # batch), and why.

@@ -42,7 +42,7 @@ class Progress:
     """Where a run stands after its last finished epoch (what a checkpoint resumes)."""
 
     history: list[dict[str, Any]] = field(default_factory=list)
-    best_test_loss: float = math.inf
+    best_val_loss: float = math.inf
     epochs_since_best: int = 0
     stopped_early_epoch: int | None = None
 
@@ -105,10 +105,14 @@ class Trainer:
         step_samples = spec.batch_size * spec.replicas
         if step_samples > self.data.n_train:
             # Else the one batch an epoch has is the data, and the batch recorded is not it.
+            n_validation = self.data.n_validation
+            held_out = (
+                f" (validation_samples holds out {n_validation} more)" if n_validation else ""
+            )
             raise SpecError(
                 f"studies.{spec.study}.runs.{spec.run}.batch_size: {spec.batch_size} per replica "
                 f"× {spec.replicas} replica(s) = {step_samples} samples per step, but the "
-                f"training set has {self.data.n_train}; use at most "
+                f"training set has {self.data.n_train}{held_out}; use at most "
                 f"{self.data.n_train // spec.replicas}"
             )
         micro_batches = len(self.data.train)
@@ -187,11 +191,17 @@ class Trainer:
             self.scheduler.step()
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[float, float]:
+    def evaluate(self, split: str = "test") -> tuple[float, float]:
+        """Loss and accuracy on the `split` set ("test" or "validation"), over all ranks."""
+        batches, expected = (
+            (self.data.validation, self.data.n_validation)
+            if split == "validation"
+            else (self.data.test, self.data.n_test)
+        )
         self.module.eval()
-        plain = nn.CrossEntropyLoss(reduction="sum")  # test loss without label smoothing
+        plain = nn.CrossEntropyLoss(reduction="sum")  # the loss without label smoothing
         sums = torch.zeros(3, device=self.process.device, dtype=torch.float64)
-        for x, y in self.data.test:
+        for x, y in batches:
             x, y = self.to_device(x, y)
             with self.autocast():
                 logits = self.module(x)
@@ -199,8 +209,8 @@ class Trainer:
             sums[1] += (logits.argmax(1) == y).sum()
             sums[2] += len(y)
         loss_sum, correct, count = self.process.all_reduce_sum(sums).tolist()
-        if int(count) != self.data.n_test:
-            raise RuntimeError(f"evaluated {int(count)} test samples, expected {self.data.n_test}")
+        if int(count) != expected:
+            raise RuntimeError(f"evaluated {int(count)} {split} samples, expected {expected}")
         return loss_sum / count, correct / count
 
     def to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,7 +260,7 @@ class Trainer:
 
     def _epochs(self, progress: Progress, checkpoint_path: Path) -> dict[str, Any]:
         """Train and evaluate epochs, each followed by its checkpoint, until the spec's last,
-        early stopping or a non-finite loss."""
+        early stopping (on the validation loss only) or a non-finite loss."""
         spec = self.spec
         status, reason, diverged_epoch = "ok", None, None
         checkpoint_time = 0.0
@@ -261,14 +271,14 @@ class Trainer:
             train_loss, train_acc = self.train_epoch(epoch)
             self.synchronize()
             t1, j1 = time.perf_counter(), self._joules()
+            val = self.evaluate("validation") if self.data.validation is not None else None
             test_loss, test_acc = self.evaluate()
             self.synchronize()
             t2, j2 = time.perf_counter(), self._joules()
             progress.history.append(
-                {
-                    "epoch": epoch + 1,
-                    "train_loss": train_loss,
-                    "train_accuracy": train_acc,
+                {"epoch": epoch + 1, "train_loss": train_loss, "train_accuracy": train_acc}
+                | ({"val_loss": val[0], "val_accuracy": val[1]} if val else {})
+                | {
                     "test_loss": test_loss,
                     "test_accuracy": test_acc,
                     "train_time_s": t1 - t0,
@@ -277,24 +287,27 @@ class Trainer:
                 }
                 | self._epoch_energy(j1 - j0, j2 - j1)
             )
+            losses = {"train": train_loss} | ({"val": val[0]} if val else {}) | {"test": test_loss}
             if self.process.is_main:
+                val_line = f"val loss {val[0]:.4f} acc {val[1]:.4f}  " if val else ""
                 print(
                     f"epoch {epoch + 1}/{spec.epochs}  train loss {train_loss:.4f} "
-                    f"acc {train_acc:.4f}  test loss {test_loss:.4f} acc {test_acc:.4f}  "
-                    f"{t1 - t0:.2f} s",
+                    f"acc {train_acc:.4f}  {val_line}test loss {test_loss:.4f} "
+                    f"acc {test_acc:.4f}  {t1 - t0:.2f} s",
                     flush=True,
                 )
             # The losses are reduced over ranks, so every rank stops at the same epoch.
-            if not (math.isfinite(train_loss) and math.isfinite(test_loss)):
+            if not all(map(math.isfinite, losses.values())):
                 status, diverged_epoch = "diverged", epoch + 1
-                reason = (
-                    f"non-finite loss at epoch {epoch + 1} (train {train_loss}, test {test_loss})"
-                )
+                said = ", ".join(f"{name} {loss}" for name, loss in losses.items())
+                reason = f"non-finite loss at epoch {epoch + 1} ({said})"
                 break
-            if test_loss < progress.best_test_loss:
-                progress.best_test_loss, progress.epochs_since_best = test_loss, 0
-            else:
-                progress.epochs_since_best += 1
+            # Model selection reads the validation split only, never the test set.
+            if val is not None:
+                if val[0] < progress.best_val_loss:
+                    progress.best_val_loss, progress.epochs_since_best = val[0], 0
+                else:
+                    progress.epochs_since_best += 1
             patience = spec.early_stopping_patience
             if patience and progress.epochs_since_best >= patience:
                 progress.stopped_early_epoch = epoch + 1
