@@ -12,6 +12,7 @@ rule profile_b_model:
         summary=f"{STUDIES_DIR}/profiler/summary.json",
         modules=f"{STUDIES_DIR}/profiler/modules.csv",
         measurements=f"{STUDIES_DIR}/profiler/measurements.csv",
+        repeats=f"{STUDIES_DIR}/profiler/repeats.csv",
         figure=f"{STUDIES_DIR}/profiler/profile.png",
         traces=directory(f"{STUDIES_DIR}/profiler/traces"),
     log:
@@ -53,6 +54,7 @@ rule fused_conv_benchmark:
     output:
         summary=f"{STUDIES_DIR}/fused_conv/summary.json",
         results=f"{STUDIES_DIR}/fused_conv/results.csv",
+        repeats=f"{STUDIES_DIR}/fused_conv/repeats.csv",
         figure=f"{STUDIES_DIR}/fused_conv/times.png",
     log:
         f"{RESULTS}/logs/studies/fused_conv.log",

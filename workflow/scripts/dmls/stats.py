@@ -77,6 +77,13 @@ def mean_interval(
     return Estimate(mean, n, std, mean - half, mean + half)
 
 
+def geometric_mean(values: Sequence[float | None]) -> float:
+    """The geometric mean of the positive finite values: what `ratio` divides (NaN if none)."""
+    x = _finite(values)
+    x = x[x > 0]
+    return float(np.exp(np.log(x).mean())) if len(x) else math.nan
+
+
 @dataclass(frozen=True)
 class Comparison:
     """`a` against `b`: a difference (a − b) or a ratio (a / b) with its interval (None when
@@ -108,7 +115,7 @@ def _welch(
     diff = float(a.mean() - b.mean())
     if len(a) < 2 or len(b) < 2:
         return diff, None, None
-    if a.var(ddof=1) == 0 and b.var(ddof=1) == 0:  # both sides repeat one value exactly
+    if np.ptp(a) == 0 and np.ptp(b) == 0:  # both sides repeat one value exactly
         return diff, diff, diff
     ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
     return diff, float(ci.low), float(ci.high)

@@ -6,6 +6,15 @@ the fused variant swaps each Conv2d + ReLU for FusedConvReLU. Every variant of a
 from the same weights and trains on the same batches for the same epochs (Adam). Forward
 (model and loss) and backward times are summed over the training steps after `warmup_steps`,
 with CUDA events on the GPU and perf_counter on the CPU; the optimizer step is in neither.
+
+Every mode's training is repeated `repeats` times, each repeat from the same weights over the
+same batches; the modes take turns within a repeat (the order rotates from one repeat to the
+next), so drift of the clocks or the host hits every mode alike. repeats.csv keeps each
+repeat's numbers; results.csv gives their mean and the half-width of its 95% Student-t
+interval (`_ci95`). The summary's `verdicts` give, per depth, the fused kernel against cuDNN as
+cudnn time / fused time (> 1: the fused kernel is faster), the ratio of the geometric means
+over the repeats with Welch's 95% interval on the logs (dmls.stats.ratio), and each mode's
+test accuracy in percent with its interval.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmls import stats
 from dmls.data import datasets
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.special.kernels.fused_conv_relu import fuse_conv_relu, load_extension
@@ -34,11 +44,25 @@ from dmls.training.models import CourseCNN
 log = logging.getLogger(__name__)
 
 EVAL_BATCH = 1000
+# Means over the repeats; `_ci95`: the half-width of the mean's 95% interval (None with one).
 COLUMNS = (
     "depth", "mode", "title", "status", "reason", "device", "device_name", "fused_layers",
-    "epochs", "steps", "timed_steps", "forward_time_s", "backward_time_s", "train_loss",
-    "test_accuracy", "wall_time_s", "threads",
+    "epochs", "steps", "timed_steps", "repeats", "forward_time_s", "forward_time_s_ci95",
+    "backward_time_s", "backward_time_s_ci95", "train_loss", "test_accuracy",
+    "test_accuracy_ci95", "wall_time_s", "threads",
 )  # fmt: skip
+# One row per depth, mode and repeat; `order`: the mode's turn within the repeat (0 = first).
+REPEAT_COLUMNS = (
+    "depth", "mode", "repeat", "order", "device", "timed_steps", "forward_time_s",
+    "backward_time_s", "train_loss", "test_accuracy", "wall_time_s",
+)  # fmt: skip
+WITH_INTERVAL = ("forward_time_s", "backward_time_s", "test_accuracy")
+SPEEDUP_CONVENTION = (
+    "value = geometric mean over the repeats of the cudnn mode's time / that of the fused "
+    "mode, so > 1 means the fused kernel is faster; low, high: its 95% interval (Welch's t on "
+    "the logs of the per-repeat times, dmls.stats.ratio); within_noise: the interval holds 1. "
+    "test_accuracy_percent: mean over the repeats and its 95% Student-t interval, in percent"
+)
 
 
 @dataclass(frozen=True)
@@ -189,24 +213,42 @@ def run(
     else:
         tensors, unavailable = _tensors(dataset, cfg), None
     rows: list[dict[str, Any]] = []
+    repeat_rows: list[dict[str, Any]] = []
     for depth in cfg["depths"]:
         baseline = None
         if dataset is not None:
             torch.manual_seed(cfg["seed"])
             shape, classes = dataset.manifest["input_shape"], dataset.manifest["num_classes"]
             baseline = build_cnn(depth, cfg, shape, classes)
+        depth_rows, runnable = {}, []
         for name in cfg["modes"]:
             mode = MODES[name]
             row = {"depth": depth, "mode": name, "title": mode.title, "device": mode.device,
                    "threads": threads if mode.device == "cpu" else None}  # fmt: skip
             if unavailable:
-                rows.append(row | {"status": "skipped", "reason": unavailable})
+                row |= {"status": "skipped", "reason": unavailable}
             elif mode.device == "cuda" and not torch.cuda.is_available():
                 reason = f"'{name}' needs a CUDA GPU; this host has none"
-                rows.append(row | {"status": "skipped", "reason": reason})
+                row |= {"status": "skipped", "reason": reason}
             else:
-                rows.append(row | _train_mode(depth, name, copy.deepcopy(baseline), tensors, cfg))
+                runnable.append(name)
+            depth_rows[name] = row
+        measured = _repeat_modes(depth, runnable, baseline, tensors, cfg)
+        for name, row in depth_rows.items():
+            if name in measured:
+                results = measured[name]
+                if results[-1]["status"] != "ok":
+                    row |= {k: results[-1][k] for k in ("status", "reason")}
+                else:
+                    row |= _summarise(results)
+                    repeat_rows += [
+                        {"depth": depth, "mode": name, "device": row["device"]}
+                        | {k: r[k] for k in REPEAT_COLUMNS if k in r}
+                        for r in results
+                    ]
+            rows.append(row)
     write_csv(out_dir / "results.csv", rows, COLUMNS)
+    write_csv(out_dir / "repeats.csv", repeat_rows, REPEAT_COLUMNS)
     save_figure(_figure(rows, cfg["depths"], cfg["modes"]), out_dir / "times.png")
     data = None
     if dataset is not None:
@@ -216,13 +258,100 @@ def run(
         "rows": rows,
         "data": data,
         "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "repeats": cfg["repeats"],
+        "verdicts": verdicts(rows, repeat_rows, cfg["depths"], cfg["modes"]),
     }
 
 
-def _train_mode(depth: int, name: str, model: nn.Module, tensors, cfg) -> dict[str, Any]:
-    """One row's numbers; a failure (the extension does not build, say) becomes the row's
-    reason, so the other rows are kept."""
-    log.info("depth %d, %s", depth, MODES[name].title)
+def _repeat_modes(
+    depth: int, names: list[str], baseline: nn.Module | None, tensors, cfg: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Each mode's results, one per repeat: the modes take turns within a repeat, starting one
+    further along the list each repeat. A mode that fails keeps its failed result last and
+    runs no more."""
+    measured: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for repeat in range(cfg["repeats"]):
+        shift = repeat % len(names) if names else 0
+        turns = [
+            n
+            for n in names[shift:] + names[:shift]
+            if not measured[n] or measured[n][-1]["status"] == "ok"
+        ]
+        for order, name in enumerate(turns):
+            result = _train_mode(depth, name, copy.deepcopy(baseline), tensors, cfg, repeat)
+            if result["status"] != "ok":
+                result["reason"] = f"repeat {repeat + 1}/{cfg['repeats']}: {result['reason']}"
+            measured[name].append(result | {"repeat": repeat, "order": order})
+    return measured
+
+
+def _summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A mode's row from its repeats: means, and the half-widths of their 95% intervals."""
+    first = results[0]
+    row = {k: first[k] for k in ("status", "reason", "device_name", "fused_layers", "epochs",
+                                 "steps", "timed_steps")}  # fmt: skip
+    row["repeats"] = len(results)
+    for key in WITH_INTERVAL:
+        estimate = stats.mean_interval([r[key] for r in results])
+        row[key], row[f"{key}_ci95"] = estimate.mean, estimate.half_width
+    for key in ("train_loss", "wall_time_s"):
+        row[key] = float(np.mean([r[key] for r in results]))
+    return row
+
+
+def verdicts(
+    rows: list[dict[str, Any]],
+    repeat_rows: list[dict[str, Any]],
+    depths: list[int],
+    modes: list[str],
+) -> dict[str, Any]:
+    """Per depth: cudnn time / fused time, forward and backward, with the interval of the
+    ratio over the repeats; and every mode's test accuracy in percent."""
+    by_depth = {}
+    for depth in depths:
+
+        def values(mode: str, key: str, depth: int = depth) -> list[float]:
+            return [r[key] for r in repeat_rows if (r["depth"], r["mode"]) == (depth, mode)]
+
+        not_measured = [
+            f"{r['mode']}: {r['status']} ({r['reason']})"
+            for r in rows
+            if r["depth"] == depth and r["mode"] in ("cudnn", "fused") and r["status"] != "ok"
+        ] + [f"{m}: not among the modes" for m in ("cudnn", "fused") if m not in modes]
+        speedup = {}
+        for part in ("forward", "backward"):
+            cudnn, fused = values("cudnn", f"{part}_time_s"), values("fused", f"{part}_time_s")
+            result = stats.ratio(cudnn, fused) if cudnn and fused else None
+            speedup[part] = {
+                "value": None if result is None else result.value,
+                "low": None if result is None else result.low,
+                "high": None if result is None else result.high,
+                "within_noise": None if result is None else result.within_noise,
+                "n_cudnn": len(cudnn),
+                "n_fused": len(fused),
+            }
+            if result is None:
+                speedup[part]["reason"] = "; ".join(not_measured) or "no positive times"
+        accuracy = {}
+        for mode in modes:
+            estimate = stats.mean_interval([100 * a for a in values(mode, "test_accuracy")])
+            accuracy[mode] = None if estimate is None else {
+                "mean": estimate.mean, "low": estimate.low, "high": estimate.high,
+                "n": estimate.n,
+            }  # fmt: skip
+        by_depth[str(depth)] = {
+            "fused_vs_cudnn": {"forward": speedup["forward"], "backward": speedup["backward"]},
+            "test_accuracy_percent": accuracy,
+        }
+    return {"convention": SPEEDUP_CONVENTION, "by_depth": by_depth}
+
+
+def _train_mode(
+    depth: int, name: str, model: nn.Module, tensors, cfg, repeat: int = 0
+) -> dict[str, Any]:
+    """One repeat's numbers of a row; a failure (the extension does not build, say) becomes
+    the row's reason, so the other rows are kept."""
+    log.info("depth %d, %s, repeat %d/%d", depth, MODES[name].title, repeat + 1, cfg["repeats"])
     try:
         fused_layers = 0
         if MODES[name].fused:
@@ -245,7 +374,8 @@ def _figure(rows: list[dict[str, Any]], depths: list[int], modes: list[str]):
         shortest = math.inf
         for offset, part in ((-0.2, "forward"), (0.2, "backward")):
             heights = [by_mode[m].get(f"{part}_time_s") or 0 for m in modes]
-            ax.bar([x + offset for x in xs], heights, 0.4, label=part)
+            errors = [by_mode[m].get(f"{part}_time_s_ci95") or 0 for m in modes]
+            ax.bar([x + offset for x in xs], heights, 0.4, yerr=errors, capsize=2, label=part)
             shortest = min([shortest, *(h for h in heights if h > 0)])
         for x, m in zip(xs, modes, strict=True):
             r = by_mode[m]
@@ -256,7 +386,7 @@ def _figure(rows: list[dict[str, Any]], depths: list[int], modes: list[str]):
             ax.set_yscale("log")
             ax.set_ylim(bottom=shortest / 3)
         ax.set_xticks(list(xs), [MODES[m].title for m in modes], rotation=20, ha="right")
-        ax.set_ylabel("seconds, summed over timed steps")
+        ax.set_ylabel("s, summed over timed steps (mean, 95% interval)")
         ax.set_title(f"{depth} conv layers", pad=16)
         ax.legend(fontsize=8)
     return fig

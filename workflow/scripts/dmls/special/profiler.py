@@ -4,9 +4,17 @@ Each leaf module's forward runs inside a `record_function` range named after the
 (forward pre/post hooks), so the profiler attributes time and memory to the Linear, BatchNorm
 and activation modules themselves, not by guessing from op names. One measurement profiles
 `batches` test batches (inference: eval mode, no autograd); it is repeated `repeats` times per
-activation and device, and the tables give mean and standard deviation over the repeats.
+activation and device. repeats.csv keeps each repeat's sum per module kind (ms, KiB);
+modules.csv gives the mean over the repeats and the half-width of its 95% Student-t interval.
 Memory is what the profiler saw allocated inside a module's range (its output, mostly), summed
 over the batches; time totals include the ops inside the range.
+
+The summary's `verdicts` answer the course's questions per device: the module kind that costs
+the most time and the most memory (in the ReLU model, and in each activation's), each as a
+ratio to the second costliest, and the slowest activation module as a ratio to the fastest
+and each activation's to ReLU. A ratio is that of the geometric means over the repeats, with
+Welch's 95% interval on the logs (dmls.stats.ratio); kinds and activations are ranked by their
+arithmetic mean, the number modules.csv shows.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from torch import nn
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from dmls import stats
 from dmls.data import datasets
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.training.models import ACTIVATIONS, ClusterMLP
@@ -38,10 +47,29 @@ METRICS = (
     "device_time_total_us", "device_memory_bytes",
 )  # fmt: skip
 MEASUREMENT_COLUMNS = ("device", "activation", "repeat", "label", "kind", "calls", *METRICS)
+# measurements.csv keeps the profiler's µs and bytes; repeats.csv and modules.csv give the
+# report's units, named in the columns: metric -> (column, factor).
+UNITS = {
+    "cpu_time_total_us": ("cpu_time_ms", 1e-3),
+    "cpu_self_time_us": ("cpu_self_time_ms", 1e-3),
+    "cpu_memory_bytes": ("cpu_memory_kib", 1 / 1024),
+    "device_time_total_us": ("device_time_ms", 1e-3),
+    "device_memory_bytes": ("device_memory_kib", 1 / 1024),
+}
+VALUES = tuple(name for name, _ in UNITS.values())
+REPEAT_COLUMNS = ("device", "activation", "repeat", "kind", "modules", "calls", *VALUES)
 TABLE_COLUMNS = (
     "device", "activation", "kind", "modules", "calls", "repeats",
-    *(f"{m}_{s}" for m in METRICS for s in ("mean", "std")),
+    *(f"{v}_{s}" for v in VALUES for s in ("mean", "ci95")),
 )  # fmt: skip
+# The model the module kinds are compared in first: the course's (ReLU), when profiled.
+REFERENCE_ACTIVATION = "relu"
+RATIO_CONVENTION = (
+    "value = geometric mean over the repeats of the first named / that of the second named "
+    "(costliest / second, slowest / fastest, activation / relu); low, high: its 95% interval "
+    "(Welch's t on the logs of the per-repeat values, dmls.stats.ratio); within_noise: the "
+    "interval holds 1; means: arithmetic means over the repeats, in the metric's unit"
+)
 
 
 def module_kind(module: nn.Module) -> str | None:
@@ -154,33 +182,133 @@ def _test_batches(
     return list(x.split(batch_size)), wrapped
 
 
-def _aggregate(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per device, activation and kind: modules of a kind summed per repeat, then mean and
-    standard deviation over repeats."""
-    per_repeat: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    modules: dict[tuple, set[str]] = defaultdict(set)
+def _per_repeat(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per device, activation, repeat and kind: the kind's modules summed, in ms and KiB."""
+    sums: dict[tuple, dict[str, Any]] = {}
     for m in measurements:
-        key = (m["device"], m["activation"], m["kind"])
-        modules[key].add(m["label"])
-        for metric in ("calls", *METRICS):
-            per_repeat[(*key, m["repeat"])][metric] += m[metric]
+        key = (m["device"], m["activation"], m["repeat"], m["kind"])
+        row = sums.setdefault(
+            key,
+            dict(zip(("device", "activation", "repeat", "kind"), key, strict=True))
+            | {"modules": 0, "calls": 0}
+            | dict.fromkeys(VALUES, 0.0),
+        )
+        row["modules"] += 1
+        row["calls"] += int(m["calls"])
+        for metric, (name, factor) in UNITS.items():
+            row[name] += m[metric] * factor
+    return list(sums.values())
+
+
+def _aggregate(repeat_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per device, activation and kind: the mean over the repeats and the half-width of its
+    95% Student-t interval (None with one repeat)."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in repeat_rows:
+        groups[(r["device"], r["activation"], r["kind"])].append(r)
     table = []
-    for key in modules:
-        repeats = [v for k, v in per_repeat.items() if k[:3] == key]
+    for (device, activation, kind), rows in groups.items():
         row: dict[str, Any] = {
-            "device": key[0],
-            "activation": key[1],
-            "kind": key[2],
-            "modules": len(modules[key]),
-            "calls": int(repeats[0]["calls"]),
-            "repeats": len(repeats),
+            "device": device,
+            "activation": activation,
+            "kind": kind,
+            "modules": rows[0]["modules"],
+            "calls": rows[0]["calls"],
+            "repeats": len(rows),
         }
-        for metric in METRICS:
-            values = [r[metric] for r in repeats]
-            row[f"{metric}_mean"] = statistics.fmean(values)
-            row[f"{metric}_std"] = statistics.stdev(values) if len(values) > 1 else None
+        for name in VALUES:
+            estimate = stats.mean_interval([r[name] for r in rows])
+            row[f"{name}_mean"] = estimate.mean
+            row[f"{name}_ci95"] = estimate.half_width
         table.append(row)
     return table
+
+
+def _metrics(device: str) -> tuple[str, str]:
+    """The time and memory a device's verdicts compare: on a GPU, what its kernels took."""
+    if device == "cuda":
+        return "device_time_ms", "device_memory_kib"
+    return "cpu_time_ms", "cpu_memory_kib"
+
+
+def _ratio(a: list[float], b: list[float]) -> dict[str, Any]:
+    result = stats.ratio(a, b)
+    if result is None:  # a side has no positive value (memory freed as much as it took)
+        return {"value": None, "low": None, "high": None, "within_noise": None}
+    return {
+        "value": result.value,
+        "low": result.low,
+        "high": result.high,
+        "within_noise": result.within_noise,
+    }
+
+
+def _values(repeat_rows, device: str, activation: str, kind: str, metric: str) -> list[float]:
+    return [
+        r[metric]
+        for r in repeat_rows
+        if (r["device"], r["activation"], r["kind"]) == (device, activation, kind)
+    ]
+
+
+def _costliest(repeat_rows, device: str, activation: str, metric: str) -> dict[str, Any]:
+    """The module kind with the largest mean `metric` and its ratio to the second."""
+    values = {k: _values(repeat_rows, device, activation, k, metric) for k in KINDS}
+    means = {k: statistics.fmean(v) for k, v in values.items()}
+    first, second = sorted(KINDS, key=lambda k: -means[k])[:2]  # ties: KINDS' order
+    return {
+        "metric": metric,
+        "costliest": first,
+        "second": second,
+        **_ratio(values[first], values[second]),
+        "n": len(values[first]),
+        "means": means,
+    }
+
+
+def _activations(repeat_rows, device: str, activations: list[str], metric: str):
+    """The slowest activation module against the fastest, and each one against ReLU."""
+    values = {a: _values(repeat_rows, device, a, "Activation", metric) for a in activations}
+    means = {a: statistics.fmean(v) for a, v in values.items()}
+    ranked = sorted(activations, key=lambda a: -means[a])
+    block = {
+        "metric": metric,
+        "kind": "Activation",
+        "slowest": ranked[0],
+        "fastest": ranked[-1],
+        **_ratio(values[ranked[0]], values[ranked[-1]]),
+        "n": len(values[ranked[0]]),
+        "means": means,
+    }
+    if REFERENCE_ACTIVATION in values:
+        relu = values[REFERENCE_ACTIVATION]
+        block["vs_relu"] = {
+            a: _ratio(values[a], relu) for a in activations if a != REFERENCE_ACTIVATION
+        }
+    return block
+
+
+def verdicts(repeat_rows: list[dict[str, Any]], activations: list[str]) -> dict[str, Any]:
+    """The summary's answers, per device profiled, from the per-repeat values."""
+    reference = REFERENCE_ACTIVATION if REFERENCE_ACTIVATION in activations else activations[0]
+    by_device = {}
+    for device in dict.fromkeys(r["device"] for r in repeat_rows):
+        time_metric, memory_metric = _metrics(device)
+        by_activation = {
+            a: {
+                "time": _costliest(repeat_rows, device, a, time_metric),
+                "memory": _costliest(repeat_rows, device, a, memory_metric),
+            }
+            for a in activations
+        }
+        by_device[device] = {
+            "activation": reference,
+            **by_activation[reference],
+            "activations": _activations(repeat_rows, device, activations, time_metric),
+            "by_activation": by_activation,
+        }
+    repeats = {r["repeat"] for r in repeat_rows}
+    return {"convention": RATIO_CONVENTION, "repeats": len(repeats), "by_device": by_device}
 
 
 def run(
@@ -226,13 +354,15 @@ def run(
                 {"device": device.type, "activation": activation, "status": "ok", "reason": None,
                  "trace": str(trace.relative_to(out_dir)), "test_batches_wrapped": wrapped}
             )  # fmt: skip
-    table = _aggregate(measurements)
+    repeat_rows = _per_repeat(measurements)
+    table = _aggregate(repeat_rows)
     write_csv(out_dir / "measurements.csv", measurements, MEASUREMENT_COLUMNS)
+    write_csv(out_dir / "repeats.csv", repeat_rows, REPEAT_COLUMNS)
     write_csv(out_dir / "modules.csv", table, TABLE_COLUMNS)
     save_figure(_figure(table, cfg["activations"]), out_dir / "profile.png")
     for row in rows:
         row["by_kind"] = {
-            t["kind"]: {k: t[k] for k in t if k.endswith(("_mean", "_std"))}
+            t["kind"]: {k: t[k] for k in t if k.endswith(("_mean", "_ci95"))}
             for t in table
             if (t["device"], t["activation"]) == (row["device"], row["activation"])
         }
@@ -240,22 +370,21 @@ def run(
         "rows": rows,
         "data": {k: dataset.manifest[k] for k in ("name", "synthetic", "source", "n_test")},
         "threads": threads,
+        "verdicts": verdicts(repeat_rows, cfg["activations"]),
     }
 
 
 def _figure(table: list[dict[str, Any]], activations: list[str]):
-    """Time and memory per module kind, one bar per activation, error bars = std over repeats."""
+    """Time and memory per module kind, one bar per activation, error bars = the half-width
+    of the 95% interval of the mean over the repeats."""
     devices = sorted({t["device"] for t in table})
     fig = new_figure(5.5 * len(devices), 7)
     axes = fig.subplots(2, len(devices), squeeze=False)
     width = 0.8 / len(activations)
     for col, device in enumerate(devices):
         on_gpu = device == "cuda"
-        panels = (
-            ("device_time_total_us" if on_gpu else "cpu_time_total_us", 1e-3, "time (ms)"),
-            ("device_memory_bytes" if on_gpu else "cpu_memory_bytes", 1 / 1024, "memory (KiB)"),
-        )
-        for row, (metric, scale, unit) in enumerate(panels):
+        panels = zip(_metrics(device), ("time (ms)", "memory (KiB)"), strict=True)
+        for row, (metric, unit) in enumerate(panels):
             ax = axes[row][col]
             for i, activation in enumerate(activations):
                 cells = {
@@ -265,9 +394,9 @@ def _figure(table: list[dict[str, Any]], activations: list[str]):
                 }
                 ax.bar(
                     [k + (i - (len(activations) - 1) / 2) * width for k in range(len(KINDS))],
-                    [cells[k][f"{metric}_mean"] * scale for k in KINDS],
+                    [cells[k][f"{metric}_mean"] for k in KINDS],
                     width,
-                    yerr=[(cells[k][f"{metric}_std"] or 0) * scale for k in KINDS],
+                    yerr=[cells[k][f"{metric}_ci95"] or 0 for k in KINDS],
                     capsize=2,
                     label=activation,
                 )

@@ -135,7 +135,7 @@ def compare(
                 "monte_carlo": mc["estimate"],
                 "ci_low": mc["ci_low"],
                 "ci_high": mc["ci_high"],
-                "within_ci": mc["ci_low"] <= exact[quantity] <= mc["ci_high"],
+                "within_ci": bool(mc["ci_low"] <= exact[quantity] <= mc["ci_high"]),
                 "trials": trials,
                 "confidence": confidence,
             }
