@@ -9,6 +9,8 @@ rule report_study:
         metrics=study_metrics,
         compared=compared_metrics,
         collectives=collectives_table,
+        # The questions' answer templates (dmls.report.answers).
+        texts="report/studies.yaml",
     output:
         section=f"{RESULTS}/report/{{study}}/section.json",
         table=report(

@@ -237,9 +237,9 @@ def test_observations_are_computed_from_the_numbers():
     study = a1_study()
     lines = observations.versus_baseline(study)
     assert lines == [
-        "ddp_2gpu vs single_gpu: training throughput 1.62×, 30.0 s vs 30.0 s of training for 3 "
-        "epochs; test accuracy 79.60% vs 80.00%, −0.4 points; peak GPU memory (max over GPUs) "
-        "310.0 vs 300.0 MiB, 1.03×."
+        "ddp_2gpu vs single_gpu: samples/s over the steady epochs 1,620 vs 1,000 (geometric "
+        "means): 1.62×; test accuracy 79.60% vs 80.00%, −0.4 points; peak GPU memory (max over "
+        "GPUs) 310.0 vs 300.0 MiB, 1.03×."
     ]
     assert observations.scaling(study) == [
         "ddp_2gpu (2 workers): speed-up 1.62× over single_gpu (1 worker); ideal 2×, "
@@ -321,12 +321,12 @@ def test_comparisons_are_made_over_the_seeds_and_say_when_they_are_within_noise(
     ]  # fmt: skip
     study = Study.from_metrics("parallelism", {}, metrics)
     assert observations.versus_baseline(study) == [
-        "ddp_2gpu vs single_gpu: training throughput 1.62× (95% interval 1.58–1.66×), 30.0 s "
-        "vs 30.0 s of training for 3 epochs; test accuracy 79.60% vs 80.00%, −0.4 points (95% "
+        "ddp_2gpu vs single_gpu: samples/s over the steady epochs 1,620 vs 1,000 (geometric "
+        "means): 1.62× (95% interval 1.58–1.66×); test accuracy 79.60% vs 80.00%, −0.4 points (95% "
         "interval −2.2 to +1.4, within seed noise); peak GPU memory (max over GPUs) 306.9 vs "
         "297.0 MiB, 1.03×.",
-        "ddp_4gpu vs single_gpu: training throughput 1.01× (95% interval 0.99–1.03×, within "
-        "seed noise), 30.0 s vs 30.0 s of training for 3 epochs; test accuracy 70.00% vs "
+        "ddp_4gpu vs single_gpu: samples/s over the steady epochs 1,010 vs 1,000 (geometric "
+        "means): 1.01× (95% interval 0.99–1.03×, within seed noise); test accuracy 70.00% vs "
         "80.00%, −10.0 points (95% interval −11.7 to −8.3); peak GPU memory (max over GPUs) "
         "297.0 vs 297.0 MiB, 1.00×.",
     ]
@@ -366,9 +366,8 @@ def test_the_warm_process_compares_later_seeds_steady_epochs_with_the_first_seed
     ]
     study = Study.from_metrics("parallelism", {}, metrics)
     assert observations.warm_process(study) == [
-        "Warm process: the later seeds train after the first has paid for the imports, the "
-        "process group and the cuDNN/compile caches; their steady epochs (2..E) against the "
-        "first seed's, per epoch: warm 0.83× (95% interval 0.77–0.90×); same 1.00× (95% "
+        "Warm process, later seeds' steady epochs against the first seed's: warm 0.83× (95% "
+        "interval 0.77–0.90×); same 1.00× (95% "
         "interval 0.92–1.08×, within seed noise); short 1.00×. The later seeds match the first "
         "within seed noise in same, and are faster beyond seed noise in warm. No interval for "
         "short: the first seed has one steady epoch."
@@ -432,7 +431,7 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
 
 def test_figures_draw_the_seeds_intervals(tmp_path, monkeypatch):
     """Error bars of the overview and the speed-up, bands of the curves, at the intervals of
-    the seeds' numbers (single_gpu's training time 31.5, 35, 38.5 s: 35 ± 8.69 s)."""
+    the seeds' numbers (single_gpu's samples/s 1000 / 0.9, 1000 / 1.0, 1000 / 1.1)."""
     drawn = {}
     monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault(path.stem, fig))
     study = seeds_study()
@@ -440,7 +439,10 @@ def test_figures_draw_the_seeds_intervals(tmp_path, monkeypatch):
     (time_bars,) = [c for c in drawn["overview"].axes[0].containers
                     if isinstance(c, ErrorbarContainer)]  # fmt: skip
     time_bars = time_bars.lines[2][0].get_segments()
-    assert time_bars[0][:, 0] == pytest.approx([35 - 8.6946, 35 + 8.6946], abs=1e-3)
+    speeds = [1000 / f for f in (0.9, 1.0, 1.1)]
+    half = scipy.stats.t.ppf(0.975, 2) * np.std(speeds, ddof=1) / np.sqrt(3)
+    mean = np.mean(speeds)
+    assert time_bars[0][:, 0] == pytest.approx([mean - half, mean + half], abs=1e-3)
     assert np.isnan(time_bars[2]).all()  # one seed: no whisker, no cap
 
     figures.overlay(study, tmp_path / "curves.png")
@@ -524,7 +526,8 @@ def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
     ]
     # The throughput comparison still shows what the data path itself is worth.
     assert observations.versus_baseline(study)[1].startswith(
-        "single_gpu_dataloader vs single_gpu: training throughput 0.10×,"
+        "single_gpu_dataloader vs single_gpu: samples/s over the steady epochs 1,000 vs 10,000 "
+        "(geometric means): 0.10×;"
     )
     figures.speedup(study, tmp_path / "speedup.png")
     assert (tmp_path / "speedup.png").stat().st_size > 1000
@@ -555,26 +558,24 @@ def test_sweep_fits_memory_against_the_swept_setting():
     assert lines[0].startswith("peak GPU memory (max over GPUs) vs batch_size: 2.50 MiB per unit")
     assert "plus 100.0 MiB" in lines[0] and "R² = 1.000" in lines[0]
     assert lines[1] == (
-        "From batch_size 16 to 128: training time 20.0 s → 20.0 s, 1.00×; test accuracy "
-        "88.40% → 77.20%, −11.2 points; the means are falling at every step."
+        "From batch_size 16 to 128: samples/s over the steady epochs 1,000 → 1,000 (geometric "
+        "means), 1.00×; test accuracy 88.40% → 77.20%, −11.2 points; the means are falling at "
+        "every step."
     )
 
 
-def test_timings_carry_a_caveat_when_runs_had_neighbours():
-    def caveat(*launches):
+def test_each_section_says_whether_its_jobs_had_the_host_to_themselves():
+    def shared(*launches):
         metrics = []
         for i, launch in enumerate(launches):
             m = fake_metrics(f"r{i}")
             m["launch"] = launch | {"seconds": 100.0}
             metrics.append(m)
-        return observations.timing_caveat(Study.from_metrics("parallelism", {}, metrics))
+        return Study.from_metrics("parallelism", {}, metrics).provenance()["isolation"]
 
-    assert caveat({"isolation": "host"}, {"isolation": "host"}) == []
-    (devices,) = caveat({"isolation": "host"}, {"isolation": "devices"})
-    assert "isolation: devices" in devices and "CPU package" in devices
-    (shared,) = caveat({"isolation": "devices"}, {"exclusive": False})  # metrics of old runs
-    assert "isolation: none" in shared and "not comparable" in shared
-    assert caveat({"exclusive": True}) == []
+    assert shared({"isolation": "host"}, {"isolation": "host"}) == "each job had the host to itself"
+    assert "CPU package" in shared({"isolation": "host"}, {"isolation": "devices"})
+    assert "not comparable" in shared({"isolation": "devices"}, {"exclusive": False})
 
 
 def test_generalization_flags_test_loss_rising_while_train_loss_falls():
@@ -887,7 +888,7 @@ def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_basel
     assert "time_to_target_s_ci95" in study.results_frame().columns
     # Without a target: none of it.
     plain = Study.from_metrics("parallelism", {}, metrics)
-    assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 17
+    assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 16
 
 
 def test_seeds_of_a_warm_process_are_each_seed_after_the_first_of_its_process():

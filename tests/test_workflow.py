@@ -429,6 +429,34 @@ def test_the_report_renders_in_a_real_browser_offline(dag):
     assert evidence.stat().st_size > 100_000
 
 
+# A verdict, or the reason there is none, as dmls/report/answers.py and special_answers.py
+# write them.
+VERDICT = re.compile(
+    r"faster|slower|heavier|lighter|more accurate|less accurate|within seed noise|the same|"
+    r"too few seeds to tell|grows|falls|flat within noise|overfit|not trained long enough|"
+    r"agree|disagree|exact|not measured here"
+)
+
+
+@pytest.mark.e2e
+def test_the_report_answers_every_study_first_and_reads_as_a_page(dag):
+    """Before: no question answered in a sentence; 27,770 words; key columns behind a
+    horizontal scroll and cut off in print; links to #timeline opened on a blank page."""
+    from screenshot_report import reading
+
+    facts = reading(dag / "report" / "report.html")
+    answered = dict(facts["answers"])
+    assert list(answered) == [*EXPECTED_RUNS_IN_REPORT_ORDER, *SPECIAL_STUDIES]
+    assert [k for k, text in answered.items() if not VERDICT.search(text)] == []
+    assert facts["words"] <= 6000, facts["words"]
+    assert facts["wide_key_tables"] == []
+    assert [k for k, opens in facts["opens_on_section"].items() if not opens] == []
+    assert facts["pdf_pages"] <= 35, facts["pdf_pages"]
+    # Printed, every key table keeps every column (its headers are in the PDF's text).
+    missing = [h for headers in facts["key_headers"] for h in headers if h not in facts["pdf_text"]]
+    assert missing == [], missing
+
+
 @pytest.mark.e2e
 def test_the_all_runs_table_filters_per_column_in_a_real_browser(dag):
     from screenshot_report import filter_all_runs

@@ -91,6 +91,62 @@ def filter_all_runs(
     return {"visible": visible, "shown": shown, "after_clearing": rows}
 
 
+def reading(html: Path, width: int = 1400, chromedriver: str = "/usr/bin/chromedriver") -> dict:
+    """What a reader meets at `width` px: the visible words (innerText: what is not collapsed),
+    each Answers entry (section id, text), the key tables wider than their section, whether a
+    link to each section opens on it, and the page printed to A4 PDF (Chromium's print-to-PDF
+    under the print stylesheet): its pages, its text, and each key table's column headers."""
+    import base64
+    import io
+
+    import pypdf
+
+    driver = open_browser(chromedriver)
+    try:
+        driver.set_window_size(width, 1000)
+        uri = Path(html).resolve().as_uri()
+        driver.get(uri)
+        facts = driver.execute_script(
+            """const norm = (t) => t.replace(/\\s+/g, ' ').trim();
+            return {
+                words: document.body.innerText.split(/\\s+/).filter(Boolean).length,
+                answers: [...document.querySelectorAll('#answers dt')].map(dt => [
+                    dt.querySelector('a').getAttribute('href').slice(1),
+                    norm(dt.nextElementSibling.innerText)]),
+                wide_key_tables: [...document.querySelectorAll('.table-wrap.key')]
+                    .filter(w => w.scrollWidth > w.clientWidth + 1)
+                    .map(w => w.closest('section').id),
+                key_headers: [...document.querySelectorAll('.table-wrap.key table')]
+                    .map(t => [...t.rows[0].cells].map(c => norm(c.textContent))),
+                sections: [...document.querySelectorAll('section')].map(s => s.id),
+            }"""
+        )
+        opens_on = {}
+        for section in facts["sections"]:
+            driver.get(f"{uri}#{section}")
+            # On its heading, or, for a section near the end that can't scroll to the top, in
+            # view with the page scrolled to its end.
+            opens_on[section] = driver.execute_script(
+                """const r = document.getElementById(arguments[0]).getBoundingClientRect();
+                const end = window.scrollY + window.innerHeight
+                    >= document.documentElement.scrollHeight - 2;
+                return (r.top >= -2 && r.top < 40) || (end && r.top < window.innerHeight);""",
+                section,
+            )
+        pdf = driver.execute_cdp_cmd(
+            "Page.printToPDF", {"paperWidth": 8.27, "paperHeight": 11.69, "printBackground": False}
+        )
+    finally:
+        driver.quit()
+    document = pypdf.PdfReader(io.BytesIO(base64.b64decode(pdf["data"])))
+    text = " ".join(page.extract_text() for page in document.pages)
+    return facts | {
+        "opens_on_section": opens_on,
+        "pdf_pages": len(document.pages),
+        "pdf_text": " ".join(text.split()),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path)

@@ -5,13 +5,15 @@
 
 Each folder holds runs/<study>/<run>/metrics.json (from any machine). The first folder is the
 reference. Per study and run: the numbers of every folder (means over seeds ± their 95%
-interval), each other folder's steady epoch and throughput as a ratio to the reference's and
-its test accuracy as a difference in points, with Welch's interval where both sides have
-repeats (dmls/stats.py, as the report's observations); the runs only some folders have; where
+interval), each other folder's throughput over the steady epochs as a ratio to the reference's
+(the report's convention: > 1 is faster) and its test accuracy as a difference in points,
+with Welch's interval where both sides have repeats (dmls/stats.py, as the report's
+observations); the runs only some folders have, one line per study and folder; where
 a run's specs differ (then it is not the same experiment: the keys are named); each folder's
 hosts and versions; and, per study, whether the report's conclusions agree: each run against
-the study's baseline, faster, slower or within seed noise, in every folder
-(dmls/report/observations.baseline_comparisons, the code of the report's own observations).
+the study's baseline (the one the folder's own report used), faster, slower or within seed
+noise, in every folder (dmls/report/observations.baseline_comparisons, the code of the
+report's own observations).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import jinja2
 import pandas as pd
 
 from dmls import record, stats
-from dmls.files import atomic_write
+from dmls.files import atomic_write, read_json
 from dmls.report import observations
 from dmls.report.cells import FORMATS, cell
 from dmls.report.page import hosts
@@ -74,14 +76,27 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return found
 
 
-def common_baseline(present: dict[str, list[dict[str, Any]]]) -> str | None:
-    """The run every folder's study is compared against: of the runs all folders have, the one
-    with the fewest workers (then by name); a folder's config, which names the study's
-    baseline, is not in its metrics. None when the folders share no run."""
+def report_baseline(folder: Path, study: str) -> str | None:
+    """The baseline the folder's own report compared the study against (its section.json),
+    None where the folder holds no report."""
+    path = Path(folder) / "report" / study / "section.json"
+    return read_json(path).get("baseline") if path.exists() else None
+
+
+def common_baseline(
+    present: dict[str, list[dict[str, Any]]], reported: list[str | None] = ()
+) -> str | None:
+    """The run every folder's study is compared against: the baseline the reference folder's
+    report used (`reported`, per folder) where every folder has that run; else, of the runs
+    all folders have, the one with the fewest workers (then by name). None when the folders
+    share no run."""
     names = [{m["run"] for m in ms} for ms in present.values()]
     shared = set.intersection(*names)
     if not shared:
         return None
+    for baseline in reported:
+        if baseline in shared:
+            return baseline
     first = next(iter(present.values()))
     workers = {m["run"]: m["derived"]["replicas"] for m in first}
     return min(shared, key=lambda run: (workers[run], run))
@@ -98,12 +113,11 @@ def _numbers(study: Study, run: str) -> list[str]:
 
 
 def _against(study: Study, run: str, ref: Study) -> list[str]:
-    """Steady epoch and throughput as ratios to the reference's, accuracy in points."""
+    """Throughput as a ratio to the reference's (> 1: faster), accuracy in points."""
     if study.runs.at[run, "status"] != OK or ref.runs.at[run, "status"] != OK:
-        return ["", "", ""]
+        return ["", ""]
     out = []
-    for metric, how in (("steady_epoch_s", stats.ratio), ("samples_per_s", stats.ratio),
-                        ("test_accuracy", stats.difference)):  # fmt: skip
+    for metric, how in (("samples_per_s", stats.ratio), ("test_accuracy", stats.difference)):
         comparison = how(study.seed_values(run, metric), ref.seed_values(run, metric))
         if comparison is None:
             out.append("")
@@ -116,8 +130,7 @@ def _against(study: Study, run: str, ref: Study) -> list[str]:
 
 def _ratio(ratio: stats.Comparison) -> str:
     """'1.62×, 95% interval 1.55–1.70×' (the verdict beside it says whether that is noise)."""
-    interval = f", 95% interval {ratio.low:.2f}–{ratio.high:.2f}×" if ratio.has_interval else ""
-    return f"{ratio.value:.2f}×{interval}"
+    return observations.ratio_text(ratio)
 
 
 def conclusions(studies: dict[str, Study]) -> list[str]:
@@ -148,20 +161,23 @@ def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, An
     if len(set(names)) != len(names):  # same folder names: tell them apart by position
         names = [f"{i + 1}: {n}" for i, n in enumerate(names)]
     loaded = {name: load(folder) for name, folder in zip(names, folders, strict=True)}
+    paths = dict(zip(names, folders, strict=True))
     ref_name = names[0]
     all_studies = list(dict.fromkeys(s for by in loaded.values() for s in by))
     sections = []
     for key in all_studies:
         present = {name: by[key] for name, by in loaded.items() if key in by}
-        settings = {"baseline": common_baseline(present)}
+        reported = [report_baseline(paths[name], key) for name in present]
+        settings = {"baseline": common_baseline(present, reported)}
         studies = {name: Study.from_metrics(key, settings, ms) for name, ms in present.items()}
         runs = list(dict.fromkeys(m["run"] for ms in present.values() for m in ms))
-        rows, only, different = [], [], []
+        rows, different = [], []
+        absent: dict[str, list[str]] = {}  # folder -> the study's runs it lacks
         for run in runs:
             holders = [n for n, s in studies.items() if run in s.runs.index]
-            if len(holders) < len(names):
-                missing = [n for n in names if n not in holders]
-                only.append(f"{run}: not in {', '.join(missing)}")
+            for name in names:
+                if name not in holders:
+                    absent.setdefault(name, []).append(run)
             ref = studies.get(ref_name)
             for name in holders:
                 study = studies[name]
@@ -177,17 +193,23 @@ def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, An
                 against = (
                     _against(study, run, ref)
                     if ref is not None and name != ref_name and run in ref.runs.index
-                    else ["", "", ""]
+                    else ["", ""]
                 )
                 rows.append([run, name, *_numbers(study, run), *against,
                              ", ".join(diff)])  # fmt: skip
         same = [n for n in studies if n in names]
         agree = conclusions({n: studies[n] for n in same}) if len(same) >= 2 else []
+        only = [
+            f"{len(lacking)} of {len(runs)} runs not in {name}: {', '.join(lacking)}"
+            if len(lacking) < len(runs)
+            else f"{name} has no run of this study"
+            for name, lacking in absent.items()
+        ]
         sections.append({"key": key, "rows": rows, "only": only, "different": different,
                          "conclusions": agree, "folders": same})  # fmt: skip
     columns = ["run", "folder", *(h for _, h in SHOWN),
-               f"steady epoch vs {ref_name}", f"samples/s vs {ref_name}",
-               f"test acc. vs {ref_name}", "spec differs in"]  # fmt: skip
+               f"samples/s vs {ref_name} (> 1: faster)", f"test acc. vs {ref_name}",
+               "spec differs in"]  # fmt: skip
     machines = {name: hosts([m for ms in by.values() for m in ms]) for name, by in loaded.items()}
     return {"folders": dict(zip(names, map(str, folders), strict=True)), "reference": ref_name,
             "columns": columns, "shown": len(SHOWN), "sections": sections,

@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 from dmls import record
 from dmls.files import save_figure
 from dmls.report.cells import MIB, missing
+from dmls.report.observations import held_out_loss
 from dmls.report.study import OK, Study
 from dmls.stats import Comparison
 
@@ -104,14 +105,15 @@ def _time_memory_accuracy(study: Study) -> list[tuple[str, str, float]]:
     (column, axis label, divisor)."""
     column, description = study.memory
     return [
-        ("train_time_s", "training time (s)", 1.0),
+        # Throughput of the steady epochs: a total time would hold the first seed's warm-up.
+        ("samples_per_s", "samples/s (steady epochs)", 1.0),
         (column, f"{description} (MiB)", MIB),
         ("test_accuracy", "test accuracy (%)", 0.01),
     ]
 
 
 def overview(study: Study, path: Path) -> Path:
-    """Training time, peak memory and test accuracy of every run, side by side."""
+    """Throughput, memory and test accuracy of every run, side by side."""
     return _bars(study, _time_memory_accuracy(study), path)
 
 
@@ -232,11 +234,11 @@ def _bounds(comparison: Comparison) -> tuple[float, float, float]:
 
 
 def grid_heatmap(study: Study, path: Path) -> Path:
-    """Training time and test accuracy on the nodes x processes-per-node grid."""
+    """Throughput (steady epochs) and test accuracy on the nodes x processes-per-node grid."""
     nodes = sorted(study.runs["spec.nodes"].unique())
     procs = sorted(study.runs["spec.nproc_per_node"].unique())
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(9, 1.2 + 1.1 * len(nodes)))
-    panels = (("train_time_s", "training time (s)", 1.0, "viridis_r"),
+    panels = (("samples_per_s", "samples/s (steady epochs)", 1.0, "viridis"),
               ("test_accuracy", "test accuracy (%)", 0.01, "viridis"))  # fmt: skip
     for ax, (column, label, scale, cmap) in zip(axes, panels, strict=True):
         grid = np.full((len(nodes), len(procs)), np.nan)
@@ -246,7 +248,7 @@ def grid_heatmap(study: Study, path: Path) -> Path:
             if row["status"] == OK:
                 grid[cell] = row[column] / scale
                 half = _ci95(study, run, column, scale)
-                notes[cell] = f"{grid[cell]:.1f}" + ("" if np.isnan(half) else f"\n± {half:.1f}")
+                notes[cell] = f"{grid[cell]:,.1f}" + ("" if np.isnan(half) else f"\n± {half:,.1f}")
             else:
                 notes[cell] = row["status"]
         image = ax.imshow(grid, cmap=cmap, aspect="auto")
@@ -276,6 +278,7 @@ def sweep(study: Study, path: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.set_xticks(x, [f"{v:g}" for v in x])
         ax.set(xlabel=key, ylabel=label)
+        ax.set_ylim(bottom=0)  # from zero: a flat line's noise must not draw a V
         ax.grid(alpha=0.3)
     fig.suptitle(study.title, fontsize=10)
     return _save(fig, path)
@@ -284,13 +287,14 @@ def sweep(study: Study, path: Path) -> Path:
 def generalization_gap(study: Study, path: Path) -> Path:
     """Train − test accuracy per epoch (A2): a gap that keeps widening means overfitting."""
     fig, (gap_ax, loss_ax) = plt.subplots(1, 2, layout="constrained", figsize=(11, 3.6))
+    column, name = held_out_loss(study.histories)
     for run, history in study.histories.items():
         color = _color(study, run)
         gap = 100 * (history["train_accuracy"] - history["test_accuracy"])
         gap_ax.plot(history["epoch"], gap, marker="o", color=color, label=run)
         loss_ax.plot(history["epoch"], history["test_loss"] - history["train_loss"], marker="o",
                      color=color, label=run)  # fmt: skip
-        best = history["test_loss"].idxmin()
+        best = history[column].idxmin()
         loss_ax.axvline(history.at[best, "epoch"], color=color, alpha=0.25)
     gap_ax.axhline(0, color="grey", lw=0.8)
     loss_ax.axhline(0, color="grey", lw=0.8)
@@ -298,7 +302,7 @@ def generalization_gap(study: Study, path: Path) -> Path:
     loss_ax.set(
         xlabel="epoch",
         ylabel="loss difference",
-        title="Test − train loss (vertical lines: epoch of min. test loss)",
+        title=f"Test − train loss (vertical lines: epoch of min. {name})",
     )
     for ax in (gap_ax, loss_ax):
         ax.grid(alpha=0.3)
@@ -308,24 +312,25 @@ def generalization_gap(study: Study, path: Path) -> Path:
 
 
 def comparison(study: Study, other: Study, path: Path) -> Path:
-    """Training time of the runs both studies share (B2 accelerate beside B1 torchrun), with
-    its 95% interval over seeds."""
+    """Throughput (steady epochs) of the runs both studies share (B2 accelerate beside B1
+    torchrun), with its 95% interval over seeds."""
     shared = [r for r in study.runs.index if r in other.runs.index]
     fig, ax = plt.subplots(layout="constrained", figsize=(7, 3.6))
     x = np.arange(len(shared))
     for offset, (s, color) in zip((-0.2, 0.2), ((other, "tab:blue"), (study, "tab:orange")),
                                   strict=True):  # fmt: skip
         values = [
-            s.runs.at[r, "train_time_s"] if s.runs.at[r, "status"] == OK else np.nan for r in shared
+            s.runs.at[r, "samples_per_s"] if s.runs.at[r, "status"] == OK else np.nan
+            for r in shared
         ]
-        errors = [_ci95(s, r, "train_time_s") for r in shared]  # none for runs without numbers
+        errors = [_ci95(s, r, "samples_per_s") for r in shared]  # none for runs without numbers
         ax.bar(x + offset, values, yerr=errors, capsize=3, width=0.4, color=color, label=s.key)
         for xi, value, r in zip(x, values, shared, strict=True):
-            text = f"{value:.1f}" if not np.isnan(value) else s.runs.at[r, "status"]
+            text = f"{value:,.0f}" if not np.isnan(value) else s.runs.at[r, "status"]
             ax.text(xi + offset, 0 if np.isnan(value) else value, text, ha="center",
                     va="bottom", fontsize=8)  # fmt: skip
     ax.set_xticks(x, shared)
-    ax.set(ylabel="training time (s)", title=f"{study.key} vs {other.key}")
+    ax.set(ylabel="samples/s (steady epochs)", title=f"{study.key} vs {other.key}")
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
     return _save(fig, path)

@@ -58,9 +58,13 @@ def versus_baseline(study: Study) -> list[str]:
     lines = []
     for run, (throughput, accuracy) in baseline_comparisons(study).items():
         row = study.runs.loc[run]
+        speeds = (
+            study.seed_values(run, "samples_per_s"),
+            study.seed_values(base_name, "samples_per_s"),
+        )
+        means = " vs ".join(f"{stats.geometric_mean(v):,.0f}" for v in speeds)
         parts = [
-            f"training throughput {ratio_text(throughput)}, {in_s(row['train_time_s'])} vs "
-            f"{in_s(base['train_time_s'])} of training for {_epochs(row)}",
+            f"samples/s over the steady epochs {means} (geometric means): {ratio_text(throughput)}",
             f"test accuracy {_percent(row['test_accuracy'])} vs "
             f"{_percent(base['test_accuracy'])}, {points_text(accuracy)}",
         ]
@@ -152,12 +156,13 @@ def sweep(study: Study) -> list[str]:
             f"(least-squares line through the means, R² = {r2:.3f})."
         )
     first, last = ok.index[0], ok.index[-1]
-    time = _compare(stats.ratio, study, last, first, "train_time_s")
+    speed = _compare(stats.ratio, study, last, first, "samples_per_s")
     accuracy = _compare(stats.difference, study, last, first, "test_accuracy")
+    means = [stats.geometric_mean(study.seed_values(r, "samples_per_s")) for r in (first, last)]
     lines.append(
-        f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: training time "
-        f"{in_s(ok.at[first, 'train_time_s'])} → {in_s(ok.at[last, 'train_time_s'])}, "
-        f"{ratio_text(time)}; test accuracy {_percent(ok.at[first, 'test_accuracy'])} → "
+        f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: samples/s over the steady epochs "
+        f"{means[0]:,.0f} → {means[1]:,.0f} (geometric means), {ratio_text(speed)}; "
+        f"test accuracy {_percent(ok.at[first, 'test_accuracy'])} → "
         f"{_percent(ok.at[last, 'test_accuracy'])}, {points_text(accuracy)}; the means are "
         f"{_trend(ok['test_accuracy'])}."
     )
@@ -193,11 +198,7 @@ def warm_process(study: Study) -> list[str]:
         "slower": "are slower beyond seed noise",
     }
     found = [f"{said[k]} in {', '.join(verdicts[k])}" for k in said if verdicts[k]]
-    line = (
-        "Warm process: the later seeds train after the first has paid for the imports, the "
-        "process group and the cuDNN/compile caches; their steady epochs (2..E) against the "
-        f"first seed's, per epoch: {'; '.join(parts)}."
-    )
+    line = f"Warm process, later seeds' steady epochs against the first seed's: {'; '.join(parts)}."
     if found:
         line += f" The later seeds {', and '.join(found)}."
     if len(verdicts["no interval"]) == len(parts):
@@ -249,20 +250,24 @@ def memory_per_job(study: Study) -> list[str]:
 def compared_with(study: Study, other: Study) -> list[str]:
     """Runs of the same name in another study (B2 accelerate beside B1 torchrun)."""
     lines = []
-    for run, row in study.ok.iterrows():
+    for run in study.ok.index:
         if run not in other.runs.index:
             continue
         theirs = other.runs.loc[run]
         if theirs["status"] != OK:
             lines.append(f"{run}: no {other.key} numbers to compare ({theirs['status']}).")
             continue
-        speed = stats.ratio(other.seed_values(run, "train_time_s"),
-                            study.seed_values(run, "train_time_s"))  # fmt: skip
+        ours, others = (
+            study.seed_values(run, "samples_per_s"),
+            other.seed_values(run, "samples_per_s"),
+        )
+        speed = stats.ratio(ours, others)
         accuracy = stats.difference(study.seed_values(run, "test_accuracy"),
                                     other.seed_values(run, "test_accuracy"))  # fmt: skip
         lines.append(
-            f"{run}: {in_s(row['train_time_s'])} here vs {in_s(theirs['train_time_s'])} in "
-            f"{other.key}, {ratio_text(speed)} the speed; test accuracy {points_text(accuracy)}."
+            f"{run}: samples/s over the steady epochs {stats.geometric_mean(ours):,.0f} here vs "
+            f"{stats.geometric_mean(others):,.0f} in {other.key} (geometric means), "
+            f"{ratio_text(speed)}; test accuracy {points_text(accuracy)}."
         )
     return lines
 
@@ -296,33 +301,26 @@ def step_check(study: Study) -> list[str]:
     ]
 
 
-def timing_caveat(study: Study) -> list[str]:
-    isolation = study.isolation
-    if "none" in isolation:
-        return [
-            "These runs shared the host with other jobs (isolation: none), so their timings "
-            "are not comparable with each other."
-        ]
-    if "devices" in isolation:
-        return [
-            "These runs had other jobs beside them on other cores and GPUs (isolation: "
-            "devices): no core or GPU was shared, but the CPU package was (boost clock, memory "
-            "bandwidth), so host-bound steps may be slower than on a host of their own."
-        ]
-    return []
+def held_out_loss(histories: dict[str, pd.DataFrame]) -> tuple[str, str]:
+    """The loss that tells overfitting, as (column, name): the validation split's where every
+    run has one (model selection never reads the test set), else the test set's."""
+    has_val = histories and all(
+        "val_loss" in h and h["val_loss"].notna().all() for h in histories.values()
+    )
+    return ("val_loss", "validation loss") if has_val else ("test_loss", "test loss")
 
 
 def generalization(study: Study) -> dict[str, Any] | None:
-    """Overfitting signs per run (A2): final gaps, epoch of minimum test loss, and a flag where
-    test loss rose after its minimum while train loss kept falling."""
+    """Overfitting signs per run (A2): final gaps, epoch of minimum held-out loss, and a flag
+    where that loss rose after its minimum while train loss kept falling."""
     rows = []
     flagged = []
-    for run, history in study.histories.items():
-        if len(history) < 2:
-            continue
+    histories = {run: h for run, h in study.histories.items() if len(h) >= 2}
+    column, name = held_out_loss(histories)
+    for run, history in histories.items():
         last = history.iloc[-1]
-        best = history.loc[history["test_loss"].idxmin()]
-        rose = last["test_loss"] > best["test_loss"] * (1 + RISE_TOLERANCE)
+        best = history.loc[history[column].idxmin()]
+        rose = last[column] > best[column] * (1 + RISE_TOLERANCE)
         fell = last["train_loss"] < best["train_loss"]
         overfits = bool(rose and fell)
         if overfits:
@@ -333,7 +331,7 @@ def generalization(study: Study) -> dict[str, Any] | None:
                 minus(f"{100 * (last['train_accuracy'] - last['test_accuracy']):.1f}"),
                 f"{last['test_loss'] - last['train_loss']:.4f}",
                 f"{int(best['epoch'])} of {int(last['epoch'])}",
-                f"{best['test_loss']:.4f} → {last['test_loss']:.4f}",
+                f"{best[column]:.4f} → {last[column]:.4f}",
                 "yes" if overfits else "no",
             ]
         )
@@ -341,21 +339,21 @@ def generalization(study: Study) -> dict[str, Any] | None:
         return None
     if flagged:
         summary = (
-            f"Test loss rose after its minimum while train loss kept falling in: "
+            f"The {name} rose after its minimum while train loss kept falling in: "
             f"{', '.join(flagged)} — the signature of overfitting."
         )
     else:
         summary = (
-            "No run shows test loss rising (by more than "
-            f"{100 * RISE_TOLERANCE:.0f}%) after its minimum while train loss fell."
+            f"No run shows its {name} rising (by more than {100 * RISE_TOLERANCE:.0f}%) after "
+            "its minimum while train loss fell."
         )
     return {
         "columns": [
             "run",
             "Final gap, train − test acc. (points)",
             "Final gap, test − train loss",
-            "Epoch of min. test loss",
-            "Test loss: min → final",
+            f"Epoch of min. {name}",
+            f"{name[:1].upper()}{name[1:]}: min → final",
             "Overfitting flag",
         ],
         "rows": rows,
@@ -434,9 +432,11 @@ def energy_use(study: Study) -> list[str]:
     base = study.baseline
     measured = study.ok[study.ok["train_energy_j"].notna()]
     column, per = study.energy_column
+    no_steady: dict[str, list[str]] = {}
     for run in measured.index:
         if reason := study.steady_energy_reason(run):
-            lines.append(f"No steady-epoch energy for {run}: {reason}.")
+            no_steady.setdefault(reason, []).append(run)
+    lines += [f"No steady-epoch energy for {', '.join(r)}: {why}." for why, r in no_steady.items()]
     for run, row in measured.iterrows():
         text = (
             f"{run} draws {joules(row[column])} J {per} on its GPUs, "
@@ -462,7 +462,7 @@ def all_observations(
     lines += step_check(study)
     if other is not None:
         lines += compared_with(study, other)
-    return lines + timing_caveat(study)
+    return lines
 
 
 def _compare(

@@ -23,7 +23,7 @@ import yaml
 
 from dmls import record
 from dmls.files import atomic_write, read_json
-from dmls.report import captions, special, timeline
+from dmls.report import captions, special, special_answers, timeline
 from dmls.report.cells import FORMATS, MIB, cell, missing
 from dmls.report.study import OK
 
@@ -171,8 +171,9 @@ def load_section(path: Path, figure_captions: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_special(path: Path) -> dict[str, Any]:
-    """A special study's section with its figures and downloads inlined as data URIs."""
-    section = special.load(path)
+    """A special study's section with its figures and downloads inlined as data URIs, and its
+    summary and folder (what its answer is computed from)."""
+    section = special.load(path) | {"summary": read_json(path), "folder": Path(path).parent}
     section["figures"] = [data_uri(Path(f), "image/png") for f in section["figures"]]
     section["downloads"] = [
         {"name": Path(f).name, "href": data_uri(Path(f), "application/gzip")}
@@ -212,9 +213,21 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
         "title": section["title"],
         "question": None,
         "background": [],
+        "measured_elsewhere": [],
         "course_reference": None,
     }
-    return {"entry": text | entry, "section": section, "kind": kind}
+    key = text["study"]
+    if kind == "special":
+        answer = special_answers.special_answer(entry, section["summary"], section["folder"])
+    else:
+        answer = section.get("answers", {}).get(key, [])
+    return {
+        "entry": text | entry,
+        "section": section,
+        "kind": kind,
+        "answer": answer,
+        "no_answer": "report/studies.yaml gives this study no answer to compute.",
+    }
 
 
 def timeline_section(metrics: list[dict[str, Any]], special_paths: list[Path]) -> dict | None:

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import pandas as pd
+import yaml
 
 from dmls import record
 from dmls.files import atomic_write, write_json
-from dmls.report import figures, observations
+from dmls.report import answers, figures, observations
 from dmls.report.study import Study
 
 
@@ -20,9 +21,12 @@ def build(
     curves_dir: Path,
     figures_dir: Path,
     collectives: pd.DataFrame | None = None,
+    texts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write `section.json`, `results.csv`, the study's figures and one curve figure per run.
-    `collectives` is the collectives sweep's table, where it ran (A5's communication)."""
+    `collectives` is the collectives sweep's table, where it ran (A5's communication); `texts`
+    the report/studies.yaml sections drawn from this study (its own, and A2 from A1's runs),
+    whose answers are filled here."""
     curves = [
         {
             "run": run,
@@ -40,10 +44,22 @@ def build(
         "status": observations.status_summary(study),
         "settings": study.settings_table(),
         "results": study.results_table(),
+        "key_results": study.key_table(),
+        "key_memory": [column for column, _ in study.key_columns],
+        "provenance": study.provenance(),
         "observations": observations.all_observations(study, other, collectives),
         "generalization": observations.generalization(study),
         "figures": [{"name": name, "file": _relative(path, out_dir)} for name, path in drawn],
         "curves": curves,
+        # Each section's answer to its question, by the section's key (dmls.report.answers),
+        # and the course's figures beside this run's.
+        "answers": {
+            entry["study"]: answers.study_answer(entry, study, other) for entry in texts or []
+        },
+        "course": {
+            entry["study"]: answers.course_comparison(study, entry.get("course_table"))
+            for entry in texts or []
+        },
     }
     frame = study.results_frame()
     atomic_write(out_dir / "results.csv", lambda f: frame.to_csv(f, index=False))
@@ -72,6 +88,11 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
             [record.read(p) for p in snakemake.input.compared],
         )
     sweep = getattr(snakemake.input, "collectives", None)
+    texts = [
+        entry
+        for entry in yaml.safe_load(Path(snakemake.input.texts).read_text())["sections"]
+        if (entry.get("from") or entry.get("study")) == study.key
+    ]
     built = build(
         study,
         other,
@@ -79,6 +100,9 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         curves_dir=Path(snakemake.output.curves),
         figures_dir=Path(snakemake.output.figures),
         collectives=pd.read_csv(sweep) if sweep else None,
+        texts=texts,
     )
     print(f"{study.key}: {len(built['figures'])} figures, {len(built['curves'])} runs", file=log)
     print("\n".join(built["status"] + built["observations"]), file=log)
+    for key, sentences in built["answers"].items():
+        print(f"answer of {key}:", *sentences, sep="\n  ", file=log)

@@ -18,15 +18,34 @@ from dmls.report.cells import cell, number
 TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
     "profiler": [
         (
-            "Time and memory per module kind over the profiled test batches "
-            "(mean and standard deviation over the repeats)",
+            "Time (ms) and memory (KiB) per module kind, summed over the profiled test batches: "
+            "mean over the repeats and, in the _ci95 columns, the half-width of its 95% interval",
             "modules.csv",
-            None,
+            [
+                "device",
+                "activation",
+                "kind",
+                "modules",
+                "calls",
+                "repeats",
+                "cpu_time_ms_mean",
+                "cpu_time_ms_ci95",
+                "cpu_self_time_ms_mean",
+                "cpu_self_time_ms_ci95",
+                "cpu_memory_kib_mean",
+                "cpu_memory_kib_ci95",
+                "device_time_ms_mean",
+                "device_time_ms_ci95",
+                "device_memory_kib_mean",
+                "device_memory_kib_ci95",
+            ],
         ),
     ],
     "fused_conv": [
         (
-            "Forward and backward time (warm-up excluded) and test accuracy per network and mode",
+            "Forward and backward time (s, summed over a training's steps after the warm-up) and "
+            "test accuracy (fraction) per network and mode: mean over the repeats and, in the "
+            "_ci95 columns, the half-width of its 95% interval",
             "results.csv",
             [
                 "depth",
@@ -36,9 +55,13 @@ TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
                 "device_name",
                 "fused_layers",
                 "epochs",
+                "repeats",
                 "forward_time_s",
+                "forward_time_s_ci95",
                 "backward_time_s",
+                "backward_time_s_ci95",
                 "test_accuracy",
+                "test_accuracy_ci95",
             ],
         ),
     ],

@@ -39,7 +39,6 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("test_accuracy", "Test acc. (%)"),
     ("train_loss", "Train loss"),
     ("test_loss", "Test loss"),
-    ("train_time_s", "Train time (s)"),
     ("first_epoch_s", "First epoch (s)"),
     ("steady_epoch_s", "Steady epoch (s)"),
     ("samples_per_s", "Samples/s (steady epoch)"),
@@ -182,6 +181,60 @@ class Study:
 
         return {of(m.get("launch") or {}) for m in self.metrics.values() if m["status"] == OK}
 
+    def provenance(self) -> dict[str, Any]:
+        """What the finished runs ran on, for one line under the section's answer: the data
+        (name, SYNTHETIC or real, training samples), epochs, seeds, the card (or CPU) and
+        whether the jobs had the host to themselves. A value that differs between runs lists
+        each."""
+        ran = [m for m in self.metrics.values() if m["status"] == OK]
+
+        def each(values: list[Any]) -> str:
+            distinct = list(dict.fromkeys(str(v) for v in values))
+            return "/".join(distinct)
+
+        if not ran:
+            return {}
+        data = [m.get("data") or {} for m in ran]
+        hosts = [m["host"] for m in ran]
+        cards = [
+            f"{len(h['gpus'])}× {h['gpus'][0]}" if h.get("gpus") else f"CPU: {h['cpu_model']}"
+            for h in hosts
+        ]
+        shared = {
+            "host": "each job had the host to itself",
+            "devices": (
+                "jobs ran beside others on other cores and GPUs, sharing the CPU package (clock, "
+                "memory bandwidth)"
+            ),
+            "none": "jobs shared the host with others, so their timings are not comparable",
+        }
+        return {
+            "data": each([d.get("name") for d in data]),
+            "synthetic": any(d.get("synthetic") for d in data),
+            "train_samples": each([f"{d['n_train']:,}" for d in data if d.get("n_train")]),
+            "epochs": each([m["spec"]["epochs"] for m in ran]),
+            "seeds": each([record.seed_count(m) for m in ran]),
+            "card": each(cards),
+            "torch": each([h.get("torch") for h in hosts]),
+            "isolation": "; ".join(shared.get(i, i) for i in sorted(self.isolation)),
+        }
+
+    @property
+    def key_columns(self) -> list[tuple[str, str]]:
+        """The columns a study's question asks about, shown without scrolling: accuracy,
+        throughput of the steady epochs, and the memory the study compares."""
+        headers = dict(self.result_columns)
+        columns = ["epochs_completed", "test_accuracy", "samples_per_s"]
+        if self.memory is not None:
+            columns.append(self.memory[0])
+            if self.memory[0] == "step_gpu_mem_bytes":  # and the peak it sits on, same seed
+                columns.append("peak_gpu_mem_allocated_bytes")
+        return [(c, headers[c]) for c in columns]
+
+    def key_table(self) -> dict[str, Any]:
+        """`results_table` with the key columns only."""
+        return self.results_table(self.key_columns)
+
     def settings_table(self) -> dict[str, Any]:
         """What was run: one row per run, one column per setting that varies."""
         columns = ["run", *self.varying]
@@ -271,21 +324,22 @@ class Study:
             columns.append(("energy_to_target_j", f"GPU energy to {target} (J)"))
         return [*columns, ("seeds_to_target", "Seeds that reached it")]
 
-    def results_table(self) -> dict[str, Any]:
-        """The results of every run, each mean over seeds with its 95% interval; runs that did
-        not finish carry their reason only."""
+    def results_table(self, columns: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        """The results of every run in `columns` (by default every result column), each mean
+        over seeds with its 95% interval; runs that did not finish carry their reason only."""
+        columns = columns or self.result_columns
         rows = []
         for run, row in self.runs.iterrows():
             ran = row["status"] == OK
             # (A study where no run finished has no columns of numbers at all.)
             shown = [
                 cells.cell(row.get(col), cells.FORMATS[col], shown=ran, ci95=_ci95(row, col))
-                for col, _ in self.result_columns
+                for col, _ in columns
             ]
             rows.append(
                 {"run": run, "status": row["status"], "reason": row["reason"] or "", "cells": shown}
             )
-        return {"columns": [header for _, header in self.result_columns], "rows": rows}
+        return {"columns": [header for _, header in columns], "rows": rows}
 
     def results_frame(self) -> pd.DataFrame:
         """The results as numbers (for CSV): numeric columns blank unless the run is `ok`, each

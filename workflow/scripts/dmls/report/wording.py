@@ -17,8 +17,21 @@ def with_interval(text: str, comparison: stats.Comparison, interval: str) -> str
 
 def ratio_text(ratio: stats.Comparison) -> str:
     """'1.62× (95% interval 1.55–1.70×)'."""
-    interval = ratio.has_interval and f"{ratio.low:.2f}–{ratio.high:.2f}×"
-    return with_interval(f"{ratio.value:.2f}×", ratio, interval)
+    value, interval = ratio_strings(ratio)
+    return with_interval(value, ratio, interval)
+
+
+def ratio_strings(ratio: stats.Comparison) -> tuple[str, str | None]:
+    """A ratio and its interval as text ('1.62×', '1.55–1.70×'), with the decimals (2 to 4)
+    that tell the interval's ends from the value: a narrow interval never reads
+    "0.23× (95% interval 0.23–0.23×)". The interval is None without one."""
+    digits = 2
+    if ratio.has_interval:
+        bounds = (ratio.low, ratio.value, ratio.high)
+        while digits < 4 and len({f"{v:.{digits}f}" for v in bounds}) < 3:
+            digits += 1
+    interval = f"{ratio.low:.{digits}f}–{ratio.high:.{digits}f}×" if ratio.has_interval else None
+    return f"{ratio.value:.{digits}f}×", interval
 
 
 def points_text(difference: stats.Comparison) -> str:

@@ -7,7 +7,7 @@ the engine's strategies (training/parallel.py) on N processes, for each N of `pr
 |-----------|------------|-------------------------------------|-------------------------------|
 | none      | (DDP)      | parameters, gradients, Adam state   | -                             |
 | optimizer | ZeRO-1     | parameters, gradients               | Adam state                    |
-| gradients | ZeRO-2     | parameters from forward to backward | gradients, Adam state         |
+| gradients | ZeRO-2-like| parameters from forward to backward | parameters, gradients, state  |
 | full      | ZeRO-3     | one or two layers' parameters       | parameters, gradients, state  |
 
 Each rank is a process of its own, started by torchrun as a training run's ranks are
@@ -86,7 +86,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STAGES = {"none": "DDP", "optimizer": "ZeRO-1", "gradients": "ZeRO-2", "full": "ZeRO-3"}
+# What ran, by name: fully_shard without resharding after the forward is FSDP's counterpart of
+# ZeRO-2, but it shards the parameters at rest as well (16/N bytes of state, not 4 + 12/N).
+STAGES = {
+    "none": "DDP",
+    "optimizer": "ZeroRedundancyOptimizer (ZeRO-1)",
+    "gradients": "fully_shard, no reshard after forward",
+    "full": "fully_shard (ZeRO-3)",
+}
 BACKENDS = {"cuda": "nccl", "cpu": "gloo"}
 # The table (sharding.csv): bytes in MiB and per parameter; summary.json keeps the bytes.
 MIB_COLUMNS = ("params", "grads", "optimizer", "activations", "state", "state_expected",

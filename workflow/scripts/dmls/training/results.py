@@ -53,35 +53,61 @@ def gpu_peaks(gpu_indices: list[int]) -> dict[int, tuple[int, int]]:
     }
 
 
-class StepMemory:
-    """What a training step adds on each of this rank's GPUs: over the first training epoch the
-    trainer runs, the most any step (forward, backward, optimizer step) raised the allocated
-    bytes above what was held as it began (the weights, the data kept on the GPU, the epoch's
-    prepared batches, the optimizer's state once it exists). In it is what grows with the batch
-    (activations, a CUDA graph's pool when the step is captured, workspaces) and the gradients;
-    not in it is what the data pipeline allocates between steps. The seed's peaks stay whole:
-    the peak before each reset is kept (`seed_peaks`)."""
+def graph_pool_free_bytes(gpus: list[int]) -> dict[int, int]:
+    """Per GPU: the bytes CUDA graphs' private pools hold reserved but not allocated (the
+    caching allocator's segments of a pool other than the default one)."""
+    free = dict.fromkeys(gpus, 0)
+    for segment in torch.cuda.memory_snapshot():
+        pool = tuple(segment.get("segment_pool_id") or (0, 0))
+        if segment["device"] in free and pool != (0, 0):
+            free[segment["device"]] += segment["total_size"] - segment["allocated_size"]
+    return free
 
-    def __init__(self, gpu_indices: list[int]) -> None:
+
+class StepMemory:
+    """What training holds and uses on each of this rank's GPUs above what was resident before
+    it: over the steady steps of the first epoch the trainer runs (its second half), the most
+    the allocated bytes reached during a step, less what was allocated as the first step began
+    (the weights and the data kept on the GPU), plus what CUDA graphs' pools hold reserved for
+    their replays (`graph_pool_free_bytes`). In it is what grows with the batch (activations,
+    gradients) and what training keeps from its first step on (the optimizer's state, cuDNN's
+    and cuBLAS's workspaces). Left out are the first steps' one-time transients (the first
+    step's trial workspaces, a graph's warm-up and capture).
+    The seed's peaks stay whole: the peak before each reset is kept (`seed_peaks`)."""
+
+    def __init__(self, gpu_indices: list[int], steps: int) -> None:
         self.gpus = gpu_indices
         self.measuring = bool(gpu_indices)
+        self.steady_from = steps // 2 + 1  # (1-based) the first steady step
+        self.count = 0
         self.folded = dict.fromkeys(gpu_indices, (0, 0))  # the peaks before the last reset
-        self.largest: dict[int, tuple[int, int]] = {}  # GPU -> (held before, step's rise)
+        self.before: dict[int, int] = {}  # GPU -> allocated as the first step began
+        self.largest: dict[int, int] = {}  # GPU -> the steady steps' peak above `before`
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
         if not self.measuring:
             yield
             return
-        self._fold()
-        held = {i: torch.cuda.memory_allocated(i) for i in self.gpus}
+        self.count += 1
+        if self.count == 1:
+            self.before = {i: torch.cuda.memory_allocated(i) for i in self.gpus}
+        steady = self.count >= self.steady_from
+        if steady:
+            self._fold()
         yield
-        for i in self.gpus:
-            rise = torch.cuda.max_memory_allocated(i) - held[i]
-            if rise > self.largest.get(i, (0, -1))[1]:
-                self.largest[i] = (held[i], rise)
+        if steady:
+            for i in self.gpus:
+                above = torch.cuda.max_memory_allocated(i) - self.before[i]
+                self.largest[i] = max(above, self.largest.get(i, 0))
 
     def epoch_end(self) -> None:
+        if self.measuring and self.largest:
+            # A captured step replays in its graph's private pool: the blocks its activations
+            # were freed into during the capture stay reserved for the replays, and are not
+            # counted as allocated.
+            for i, free in graph_pool_free_bytes(self.gpus).items():
+                self.largest[i] += free
         self.measuring = False
 
     def _fold(self) -> None:
@@ -95,8 +121,8 @@ class StepMemory:
         return {i: tuple(map(max, now[i], self.folded[i])) for i in self.gpus}
 
     def record(self) -> dict[int, tuple[int, int]]:
-        """Per GPU: (bytes held before the step that rose most, that rise)."""
-        return dict(self.largest)
+        """Per GPU: (bytes held as the first step began, the steady steps' peak above them)."""
+        return {i: (self.before[i], self.largest[i]) for i in self.largest}
 
 
 def seed_result(

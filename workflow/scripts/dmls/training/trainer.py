@@ -73,7 +73,6 @@ class Trainer:
         self.spec, self.strategy, self.process = spec, strategy, process
         self.meter = meter
         self.checkpoints = checkpoint.Writer()  # the epochs' checkpoints, written meanwhile
-        self.memory = StepMemory(strategy.gpu_indices())
         device = process.device
         # Every generator from the seed first: a seed trained after others in the same process
         # draws exactly what it would draw in a job of its own (its data order, augmentation,
@@ -95,6 +94,7 @@ class Trainer:
             devices_per_step=strategy.samples_per_step // spec.batch_size,
             min_samples_per_device=2 if feature_batch_norm else 1,
         )  # fmt: skip
+        self.memory = StepMemory(strategy.gpu_indices(), len(self.data.train))
         if self.data.unseen_reason and process.is_main:
             print(
                 f"{self.data.unseen_per_epoch} training sample(s) per rank left out of each "

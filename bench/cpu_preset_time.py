@@ -1,0 +1,104 @@
+"""How long the CPU preset (config/cpu.yaml) takes on this machine, estimated from a short
+real run of its whole DAG: every run trains 1 seed for 1 epoch on --samples images, the
+special studies run as they are, and each run's measured epoch is scaled to the preset's
+samples, epochs and seeds (a train epoch's time grows with its samples, evaluation and a
+checkpoint do not). CIFAR-10 can't be fetched everywhere, so the A studies train on a
+SYNTHETIC CIFAR-shaped set of the same size (50,000 + 10,000 images): same shapes, same work.
+
+    python bench/cpu_preset_time.py [--cores 2] [--samples 2000] [--results results/cpu-estimate]
+
+Prints the measured DAG wall time, the estimate per study and in all, as hours. The estimate
+spreads each run's extra work over --cores as Snakemake packs jobs by their processes; it
+assumes the packing is perfect, so a real DAG can take somewhat longer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+
+from dmls.config.spec import deep_merge, load_schema, resolve_runs  # noqa: E402
+
+
+def preset_runs() -> dict:
+    """The preset's run specs, as the Snakefile resolves them (defaults filled by the schema)."""
+    from snakemake.utils import validate
+
+    config = deep_merge(
+        yaml.safe_load((ROOT / "config/config.yaml").read_text()),
+        yaml.safe_load((ROOT / "config/cpu.yaml").read_text()),
+    )
+    validate(config, str(ROOT / "config/schemas/config.schema.yaml"), set_default=True)
+    return resolve_runs(config, load_schema())
+
+
+def extra_seconds(record: dict, full) -> float:
+    """What the preset's run adds over the measured one: its seeds × epochs of training at its
+    samples, less the epoch measured."""
+    seed = record["seeds"][0]
+    epoch = seed["history"][0]
+    measured_samples = record["spec"]["train_samples"]
+    train = epoch["train_time_s"] * full.train_samples / measured_samples
+    per_epoch = train + epoch["eval_time_s"] + seed["timing"].get("checkpoint_time_s", 0.0)
+    measured = epoch["train_time_s"] + epoch["eval_time_s"]
+    measured += seed["timing"].get("checkpoint_time_s", 0.0)
+    seed_setup = record["timing"].get("seed_setup_s", 0.0)
+    return full.seeds * full.epochs * per_epoch + (full.seeds - 1) * seed_setup - measured
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=2000)
+    ap.add_argument("--results", default="results/cpu-estimate")
+    args = ap.parse_args()
+    override = Path(args.results) / "estimate.yaml"
+    override.parent.mkdir(parents=True, exist_ok=True)
+    override.write_text(
+        yaml.safe_dump(
+            {
+                "results_dir": args.results,
+                "seeds": 1,
+                "defaults": {
+                    "dataset": "synthetic_cifar",
+                    "epochs": 1,
+                    "train_samples": args.samples,
+                },
+                "data": {"synthetic_cifar": {"n_train": 50000, "n_test": 10000, "seed": 0}},
+            }
+        )
+    )
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "snakemake", "--cores", str(args.cores)]
+    subprocess.run(
+        [*command, "--configfile", "config/cpu.yaml", str(override)], cwd=ROOT, check=True
+    )
+    wall = time.perf_counter() - start
+    extra: dict[str, float] = {}
+    for run_id, full in preset_runs().items():
+        path = ROOT / args.results / "runs" / run_id / "metrics.json"
+        record = json.loads(path.read_text())
+        if record["status"] != "ok":  # skipped here, and in the preset: no time
+            continue
+        cores = min(args.cores, full.processes)
+        extra[full.study] = extra.get(full.study, 0.0) + extra_seconds(record, full) * (
+            cores / args.cores
+        )
+    print(f"measured DAG ({args.samples} samples, 1 epoch, 1 seed): {wall / 60:.1f} min")
+    for study, seconds in extra.items():
+        print(f"  {study:<22} +{seconds / 3600:5.2f} h")
+    total = wall + sum(extra.values())
+    print(f"CPU preset on {args.cores} cores, estimated: {total / 3600:.1f} h")
+
+
+if __name__ == "__main__":
+    main()

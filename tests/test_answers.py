@@ -1,0 +1,170 @@
+"""Each study's answer (dmls/report/answers.py): templates of report/studies.yaml filled from the
+run files, every figure with its interval and a verdict."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from conftest import ROOT
+from dmls.report import answers
+from dmls.report.study import Study
+from test_report import fake_metrics
+
+A1 = {
+    "factor": ["launcher", "nproc_per_node"],
+    "answer": [
+        {
+            "say": "Against one GPU's samples per second, DDP on 2 GPUs: {ddp}.",
+            "compare": {"ddp": {"run": "ddp", "vs": "one", "metric": "samples_per_s"}},
+        }
+    ],
+}
+
+
+def study(*metrics: dict) -> Study:
+    return Study.from_metrics("parallelism", {}, list(metrics))
+
+
+def one(**kw) -> dict:
+    return fake_metrics("one", launcher="single", epochs=3, spread=(0.95, 1.0, 1.05), **kw)
+
+
+def ddp(samples_per_s: float = 1620.0, **kw) -> dict:
+    return fake_metrics("ddp", launcher="torchrun", nproc_per_node=2, epochs=3,
+                        samples_per_s=samples_per_s, spread=(0.95, 1.0, 1.05), **kw)  # fmt: skip
+
+
+def test_an_answer_gives_the_ratio_its_interval_both_means_and_a_verdict():
+    [text] = answers.study_answer(A1, study(one(), ddp()))
+    match = re.fullmatch(
+        r"Against one GPU's samples per second, DDP on 2 GPUs: 1\.62× \(95% interval "
+        r"(\d\.\d\d)–(\d\.\d\d)×; 1,62\d vs 1,00\d samples/s\), faster\.",
+        text,
+    )
+    assert match, text
+    assert float(match[1]) < 1.62 < float(match[2])
+
+
+def test_a_difference_within_the_seeds_noise_says_so():
+    [text] = answers.study_answer(A1, study(one(), ddp(samples_per_s=1010.0)))
+    assert text.endswith(", within seed noise."), text
+
+
+def test_a_pair_that_differs_in_more_than_the_factor_names_the_difference():
+    [text] = answers.study_answer(A1, study(one(), ddp(step="eager")))
+    assert "the two also differ in step (eager vs graph)" in text, text
+
+
+def test_the_step_a_run_took_counts_not_the_step_it_asked_for():
+    """A DataParallel run asks for a graph and steps eagerly: against a one-GPU graph run the
+    pair differs in its step, which the sentence must say."""
+    eager = ddp(eager_reason="DataParallel copies the model to its GPUs from Python")
+    [text] = answers.study_answer(A1, study(one(), eager))
+    assert "also differ in step (eager vs graph)" in text, text
+
+
+def test_a_run_that_did_not_finish_gives_no_number_but_its_reason():
+    skipped = fake_metrics("ddp", "skipped", launcher="torchrun", nproc_per_node=2, epochs=3)
+    [text] = answers.study_answer(A1, study(one(), skipped))
+    assert text == (
+        "Against one GPU's samples per second, DDP on 2 GPUs: not measured here, as ddp was "
+        "skipped: ddp could not run: no CUDA GPU on this host."
+    )
+    assert not re.search(r"\d×", text)
+
+
+def test_two_seeds_that_leave_an_interval_too_wide_are_flagged():
+    wide = fake_metrics("ddp", launcher="torchrun", nproc_per_node=2, epochs=3,
+                        samples_per_s=1620.0, spread=(0.2, 3.0))  # fmt: skip
+    base = fake_metrics("one", launcher="single", epochs=3, spread=(0.9, 1.1))
+    [text] = answers.study_answer(A1, study(base, wide))
+    assert text.endswith(", too few seeds to tell (the interval is too wide)."), text
+
+
+def test_memory_grows_with_the_batch_along_a_fitted_line():
+    runs = [
+        fake_metrics(f"b{b}", launcher="torchrun", nproc_per_node=2, batch_size=b, epochs=3,
+                     gpu_mib=60.0 + 0.66 * b, spread=(1.0, 1.0, 1.0))
+        for b in (16, 32, 64, 128)
+    ]  # fmt: skip
+    texts = {
+        "answer": [
+            {
+                "say": "Peak memory {mem}.",
+                "fit": {"mem": {"metric": "peak_gpu_mem_allocated_bytes", "against": "batch_size"}},
+            }
+        ]
+    }
+    [text] = answers.study_answer(texts, Study.from_metrics("batch_size", {}, runs))
+    assert text.startswith("Peak memory grows linearly: 0.660 MiB per unit of batch_size"), text
+    assert "plus 60.0 MiB (R² = 1.000)" in text
+
+
+def test_every_training_studys_answer_names_runs_of_the_config():
+    """A template that names a run the config lacks would say "not measured here" forever."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
+    for section in texts["sections"]:
+        key = section.get("from") or section.get("study")
+        if key not in config["studies"]:
+            continue
+        runs = set(config["studies"][key]["runs"])
+        other = config["studies"][key].get("compare_with")
+        assert len(section.get("answer") or []) <= 3, section["study"]
+        for entry in section.get("answer") or []:
+            for c in (entry.get("compare") or {}).values():
+                assert c["run"] in runs, (section["study"], c["run"])
+                vs_study, _, vs_run = c["vs"].rpartition("/")
+                assert vs_run in (set(config["studies"][vs_study]["runs"]) if vs_study else runs)
+                assert not vs_study or vs_study == other
+                assert c["metric"] in {*answers.METRICS, "memory"}
+
+
+# A measured figure: a duration, a percentage, a ratio with decimals, or a number with two
+# decimals (a measured time or version-specific figure), as fixed prose would quote one.
+MEASURED = re.compile(r"\d+(?:\.\d+)?\s?(?:ms|µs|s)\b|\d+(?:\.\d+)?\s?%|\d+\.\d+×|\b\d+\.\d{2}\b")
+
+
+def test_the_report_texts_quote_no_measured_number_outside_a_marked_box():
+    """What a run of this folder did not measure sits in `measured_elsewhere` (shown as a box
+    naming where and on what it was measured) or in `course_reference`; the rest of the fixed
+    text has no such figure, nor do the answers' templates."""
+    texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
+    found = []
+    for section in texts["sections"]:
+        key = section.get("study") or section.get("special")
+        prose = [section.get("question") or "", *(section.get("background") or [])]
+        for entry in section.get("answer") or []:
+            say = entry["say"]
+            prose += list(say.values()) if isinstance(say, dict) else [say]
+        found += [(key, hit) for text in prose for hit in MEASURED.findall(text)]
+        for box in section.get("measured_elsewhere") or []:
+            assert box["source"] and box["text"], key
+    assert not MEASURED.findall(texts["intro"])
+    assert found == []
+
+
+def test_the_courses_figures_sit_beside_ours_naming_the_settings_that_differ():
+    table = {
+        "setting": {
+            "epochs": "15",
+            "data": "CIFAR-10 (50,000 training samples)",
+            "card": "not stated",
+        },
+        "rows": [
+            {"run": "one", "course": "107.9 s, 312 MB, 64.8% test"},
+            {"run": "ddp", "course": "67.2 s"},
+        ],
+    }
+    skipped = fake_metrics("ddp", "skipped", launcher="torchrun", nproc_per_node=2, epochs=3)
+    result = answers.course_comparison(study(one(), skipped), table)
+    first, second = result["rows"]
+    assert first[:2] == ["one", "107.9 s, 312 MB, 64.8% test"]
+    assert re.fullmatch(r"[\d.,]+ s, [\d.,]+ MiB \(peak GPU memory\), [\d.]+% test", first[2])
+    assert first[3] == (
+        "epochs: 15 vs 3; data: CIFAR-10 (50,000 training samples) vs cifar10; "
+        "card: not stated vs 1× NVIDIA H100"
+    )
+    assert second == ["ddp", "67.2 s", "no numbers (skipped)", ""]

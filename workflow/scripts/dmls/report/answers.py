@@ -1,0 +1,395 @@
+"""Each study's answer to its question: at most three sentences whose every figure comes from
+this results folder, with its interval and a verdict.
+
+The words are templates in report/studies.yaml (`answer:` of a section); this module fills them.
+A sentence names its comparisons, each a run against a reference over their seeds:
+
+    - say: "Against one GPU's samples per second, DDP on 2 GPUs: {ddp}."
+      compare:
+        ddp: {run: ddp_2gpu_dataloader, vs: single_gpu_dataloader, metric: samples_per_s}
+
+`{ddp}` becomes "1.64× (95% interval 1.58–1.70×; 812 vs 495 samples/s), faster" (or "slower",
+"within seed noise", "too few seeds to tell", ...); `{ddp.figure}` leaves the verdict out and
+`{ddp.label}` names the metric. One convention for every ratio: the run's over the
+reference's, so > 1 means more of the metric (faster for throughput, heavier for memory).
+Two runs compared differ, by the study's design, only in its `factor` keys (a key, or a group
+such as `optimizer`); a pair that differs in more says in what, the step a run took counting
+rather than the one it asked for. A comparison whose runs did not finish, or are not in the
+config, is "not measured here", with the reason, and shows no number. An entry with `facts:`
+(A2) takes its numbers from a function of the study and has one template per case.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from dmls import record, stats
+from dmls.config.studies import flatten
+from dmls.report.cells import MIB
+from dmls.report.observations import RISE_TOLERANCE, held_out_loss
+from dmls.report.study import OK, Study
+from dmls.report.wording import minus, ratio_strings, signed
+
+# A ratio whose interval spans more than this factor (high / low), or a difference of
+# accuracies whose interval is wider than this many points, says nothing a reader can use
+# (two seeds give t = 12.7): it is flagged rather than read as a finding.
+TOO_WIDE_RATIO = 4.0
+TOO_WIDE_POINTS = 20.0
+# Spec keys that never make two runs' training differ.
+BOOKKEEPING = {"study", "run", "seed", "seeds"}
+
+
+@dataclass(frozen=True)
+class Metric:
+    """How a metric is compared and written: as a ratio of geometric means or a difference of
+    means, its unit, and the words for more and less of it."""
+
+    label: str
+    kind: str  # "ratio" | "points"
+    unit: str
+    more: str
+    less: str
+    scale: float = 1.0  # a value's number as written: bytes / MIB, fraction * 100
+    decimals: int = 1
+    warm_only: bool = False  # GPU memory: the warm seeds' (the first seed's has its own excess)
+
+
+METRICS = {
+    "samples_per_s": Metric("samples/s", "ratio", "samples/s", "faster", "slower", decimals=0),
+    "test_accuracy": Metric(
+        "test accuracy", "points", "%", "more accurate", "less accurate", scale=100
+    ),
+    "step_gpu_mem_bytes": Metric(
+        "GPU memory a step adds", "ratio", "MiB", "heavier", "lighter", 1 / MIB, warm_only=True
+    ),
+    "peak_gpu_mem_allocated_bytes": Metric(
+        "peak GPU memory", "ratio", "MiB", "heavier", "lighter", 1 / MIB, warm_only=True
+    ),
+    "peak_host_rss_bytes": Metric("peak host RSS", "ratio", "MiB", "heavier", "lighter", 1 / MIB),
+}
+
+
+class NotMeasured(Exception):
+    """A comparison this folder can't make; the message says why, for the reader."""
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One filled comparison: `str()` is the figure with its interval, both means and the
+    verdict; `figure` the same without the verdict; `label` what was compared."""
+
+    figure: str
+    verdict: str
+    label: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.figure}, {self.verdict}" if self.verdict else self.figure
+
+    @classmethod
+    def not_measured(cls, why: NotMeasured, label: str = "") -> Compared:
+        return cls(f"not measured here, as {why}", "", label)
+
+
+def values(study: Study, run: str, metric: str) -> list[float]:
+    """`run`'s values of `metric` over the seeds it is compared on: every finished seed, or for
+    GPU memory the warm seeds (a process's first seed also holds what it built once)."""
+    spec = METRICS[metric]
+    metrics = study.metrics[run]
+    if metric not in record.SEED_METRICS:
+        raw = [study.runs.at[run, metric]]
+    elif spec.warm_only and (warm := record.warm_seeds(metrics)):
+        raw = [record.seed_value(metrics["seeds"][k], metric) for k in warm]
+    else:
+        raw = [record.seed_value(s, metric) for s in record.finished(metrics["seeds"])]
+    return [float(v) for v in raw if v is not None and math.isfinite(float(v))]
+
+
+def resolve(study: Study, metric: str) -> str:
+    """The column of `metric`; "memory" is the memory the study compares (Study.memory: what a
+    step adds on GPUs, host RSS on CPUs)."""
+    if metric != "memory":
+        return metric
+    if study.memory is None:
+        raise NotMeasured(f"no run of {study.key} finished")
+    return study.memory[0]
+
+
+def compare(
+    study: Study,
+    run: str,
+    vs: str,
+    metric: str,
+    factor: Sequence[str] = (),
+    other: Study | None = None,
+) -> Compared:
+    """`run` against `vs` (a run of `study`, or "<study>/<run>" of `other`) over their seeds;
+    `factor` is what the study changes (dotted spec keys), and any other difference between the
+    two specs is said. Raises NotMeasured when either did not finish or lacks the metric."""
+    metric = resolve(study, metric)
+    spec = METRICS[metric]
+    a_study, b_study, b_run = study, study, vs
+    if "/" in vs:
+        key, b_run = vs.split("/", 1)
+        if other is None or other.key != key:
+            raise NotMeasured(f"{key} is not in this report")
+        b_study = other
+    for s, name in ((a_study, run), (b_study, b_run)):
+        _finished(s, name)  # (raises NotMeasured, naming a run the config lacks too)
+    a, b = values(a_study, run, metric), values(b_study, b_run, metric)
+    if not a or not b:
+        raise NotMeasured(f"{run} or {b_run} did not record {spec.label}")
+    how = stats.ratio if spec.kind == "ratio" else stats.difference
+    result = how(a, b)
+    means = (
+        f"{_number(_mean(a, spec), spec)} vs {_number(_mean(b, spec), spec)} {spec.unit}".replace(
+            " %", "%"
+        )
+    )
+    if spec.kind == "ratio":
+        figure, interval = ratio_strings(result)
+        too_wide = result.has_interval and result.high / max(result.low, 1e-12) > TOO_WIDE_RATIO
+    else:
+        figure = f"{signed(100 * result.value)} points"
+        interval = result.has_interval and (
+            f"{signed(100 * result.low)} to {signed(100 * result.high)}"
+        )
+        too_wide = result.has_interval and 100 * (result.high - result.low) > TOO_WIDE_POINTS
+    inside = f"95% interval {interval}; {means}" if interval else f"{means}; one seed, no interval"
+    extra = _also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
+    if extra:
+        inside += f"; the two also differ in {extra}"
+    return Compared(minus(f"{figure} ({inside})"), _verdict(result, spec, too_wide), spec.label)
+
+
+def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
+    """A least-squares line through every finished run's values of `metric` (each seed's a
+    point) against the setting `against`: slope and intercept with 95% intervals, R², and a
+    verdict. Raises NotMeasured with fewer than three settings."""
+    metric = resolve(study, metric)
+    spec = METRICS[metric]
+    xs, ys = [], []
+    for run in study.ok.index:
+        setting = flatten(study.metrics[run]["spec"]).get(against)
+        for v in values(study, run, metric):
+            xs.append(float(setting))
+            ys.append(v * spec.scale)
+    if len(set(xs)) < 3:
+        raise NotMeasured(f"fewer than three {against} values finished")
+    line = scipy_stats.linregress(xs, ys)
+    t = scipy_stats.t.ppf(0.975, len(xs) - 2)
+    slope_low, slope_high = line.slope - t * line.stderr, line.slope + t * line.stderr
+    r2 = line.rvalue**2
+    if slope_low <= 0 <= slope_high:
+        verdict = "flat within noise"
+    elif r2 >= 0.95:
+        verdict = "grows linearly" if line.slope > 0 else "falls linearly"
+    else:
+        verdict = f"{'grows' if line.slope > 0 else 'falls'}, but not along a line"
+    unit = spec.unit
+    return {
+        "slope": minus(
+            f"{line.slope:.3f} {unit} per unit of {against} "
+            f"(95% interval {slope_low:.3f} to {slope_high:.3f})"
+        ),
+        "intercept": minus(f"{line.intercept:.1f} {unit}"),
+        "r2": f"R² = {r2:.3f}",
+        "verdict": verdict,
+        "label": spec.label,
+    }
+
+
+class _Fit:
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.__dict__.update(fields)
+
+    def __str__(self) -> str:
+        return f"{self.verdict}: {self.slope} plus {self.intercept} ({self.r2})"
+
+
+def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
+    """A2 from A1's curves: whether any run's held-out loss passed its minimum and rose again
+    while its training loss kept falling (case "overfit"), none did ("no_rise"), or every
+    minimum sat at the last epoch, where a rise could not yet show ("still_falling"). The loss
+    is the validation split's where the runs have one, else the test set's."""
+    histories = {run: h for run, h in study.histories.items() if len(h) >= 2}
+    if not histories:
+        raise NotMeasured("no run of it finished two epochs")
+    column, loss = held_out_loss(histories)
+    at_last, overfit, rises = 0, [], []
+    for run, h in histories.items():
+        best = h.loc[h[column].idxmin()]
+        last = h.iloc[-1]
+        at_last += int(best["epoch"] == last["epoch"])
+        if last[column] > best[column] * (1 + RISE_TOLERANCE) and (
+            last["train_loss"] < best["train_loss"]
+        ):
+            overfit.append(run)
+            rises.append(100 * (last[column] / best[column] - 1))
+    epochs = sorted({int(h.iloc[-1]["epoch"]) for h in histories.values()})
+    facts = {
+        "loss": loss,
+        "n": len(histories),
+        "n_at_last": at_last,
+        "n_overfit": len(overfit),
+        "overfit_runs": ", ".join(overfit),
+        "rise": f"{min(rises, default=0):.0f}–{max(rises, default=0):.0f}%",
+        "epochs": "/".join(map(str, epochs)),
+        "tolerance": f"{100 * RISE_TOLERANCE:.0f}%",
+    }
+    case = "overfit" if overfit else ("still_falling" if at_last == len(histories) else "no_rise")
+    return case, facts
+
+
+# Facts an `answer:` entry names with `facts:`: a function of the study giving (case, facts);
+# the entry's `say` has one template per case.
+FACTS = {"overfitting": overfitting}
+
+
+def sentence(
+    entry: dict[str, Any], study: Study, factor: Sequence[str] = (), other: Study | None = None
+) -> str:
+    """One `answer:` entry of report/studies.yaml filled from `study`'s runs, or a sentence
+    saying why it can't be."""
+    filled: dict[str, Any] = {}
+    say = entry["say"]
+    if "facts" in entry:
+        try:
+            case, facts = FACTS[entry["facts"]](study)
+        except NotMeasured as e:
+            topic = entry.get("topic", entry["facts"])
+            return f"{topic[:1].upper()}{topic[1:]}: not measured here, as {e}."
+        filled |= facts
+        say = say[case]
+    for name, c in (entry.get("compare") or {}).items():
+        try:
+            filled[name] = compare(study, c["run"], c["vs"], c["metric"], factor, other)
+        except NotMeasured as e:
+            filled[name] = Compared.not_measured(e, _label(study, c["metric"]))
+    for name, f in (entry.get("fit") or {}).items():
+        try:
+            filled[name] = _Fit(fit(study, f["metric"], f["against"]))
+        except NotMeasured as e:
+            filled[name] = Compared.not_measured(e, _label(study, f["metric"]))
+    return say.format(**filled)
+
+
+def study_answer(texts: dict[str, Any], study: Study, other: Study | None = None) -> list[str]:
+    """The answer of a report/studies.yaml section (`answer`, at most three sentences; the
+    study's `factor`, what its runs may differ in) filled from `study`'s runs."""
+    factor = texts.get("factor") or []
+    return [sentence(entry, study, factor, other) for entry in texts.get("answer") or []]
+
+
+def _label(study: Study, metric: str) -> str:
+    try:
+        return METRICS[resolve(study, metric)].label
+    except NotMeasured:
+        return metric
+
+
+def _finished(study: Study, run: str) -> None:
+    if run not in study.runs.index:
+        raise NotMeasured(f"the config has no run {run}")
+    row = study.runs.loc[run]
+    if row["status"] != OK:
+        raise NotMeasured(f"{run} was {row['status']}: {row['reason']}")
+
+
+def _mean(xs: list[float], spec: Metric) -> float:
+    x = np.asarray(xs, dtype=float)
+    return float(np.exp(np.log(x).mean()) if spec.kind == "ratio" else x.mean())
+
+
+def _number(value: float, spec: Metric) -> str:
+    return f"{value * spec.scale:,.{spec.decimals}f}"
+
+
+def _verdict(result: stats.Comparison, spec: Metric, too_wide: bool) -> str:
+    if too_wide:
+        return "too few seeds to tell (the interval is too wide)"
+    if result.within_noise:
+        return "within seed noise"
+    if result.value == result.null:
+        return "the same"
+    word = spec.more if result.value > result.null else spec.less
+    return word if result.has_interval else f"{word} (one seed, no interval)"
+
+
+def ran(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What a run ran, as dotted keys: its spec, with `step` the step it took (a DataParallel
+    run asked for a graph steps eagerly: `step` is then "eager")."""
+    flat = flatten(metrics["spec"])
+    taken = metrics.get("step") or {}
+    if taken.get("mode"):
+        mode = "graph" if taken["mode"] == "cuda_graph" else taken["mode"]
+        flat["step"] = f"{mode}, compiled" if taken.get("compiled") else mode
+    return flat
+
+
+def _also_differ(left: dict[str, Any], right: dict[str, Any], factor: Sequence[str]) -> str:
+    """The keys two compared runs differ in beyond the study's factor, with both values:
+    "step (graph vs eager)"; empty when they differ in nothing else."""
+
+    def changed_by_design(key: str) -> bool:  # a factor names a key or a group ("optimizer")
+        return key in BOOKKEEPING or any(key == f or key.startswith(f"{f}.") for f in factor)
+
+    return ", ".join(
+        f"{key} ({_show(left.get(key))} vs {_show(right.get(key))})"
+        for key in dict.fromkeys([*left, *right])
+        if not changed_by_design(key) and left.get(key) != right.get(key)
+    )
+
+
+def _show(value: Any) -> str:
+    return "unset" if value is None else str(value)
+
+
+def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | None:
+    """The course's reference figures beside this run's, one row per configuration (a
+    report/studies.yaml `course_table`: the course's `setting` and, per `run`, its figures as
+    written), with the settings in which the two differ: epochs, data, card. Our time is the
+    whole training of the seeds of a warm process, as the course timed whole trainings."""
+    if not table:
+        return None
+    course = table.get("setting") or {}
+    rows = []
+    for entry in table["rows"]:
+        run = entry["run"]
+        if run not in study.runs.index or study.runs.at[run, "status"] != OK:
+            status = study.runs.at[run, "status"] if run in study.runs.index else "not in config"
+            rows.append([run, entry["course"], f"no numbers ({status})", ""])
+            continue
+        metrics = study.metrics[run]
+        times = [t for t in record.timed_values(metrics, "train_time_s") if t is not None]
+        row = study.runs.loc[run]
+        ours = [f"{np.mean(times):,.1f} s", f"{100 * row['test_accuracy']:.1f}% test"]
+        if (column := resolve(study, "memory")) in row and row[column] == row[column]:
+            ours.insert(1, f"{row[column] / MIB:,.1f} MiB ({METRICS[column].label})")
+        data = metrics.get("data") or {}
+        host = metrics["host"]
+        here = {
+            "epochs": str(metrics["spec"]["epochs"]),
+            "data": (
+                f"{'SYNTHETIC ' if data.get('synthetic') else ''}{data.get('name', '?')}"
+                f" ({data.get('n_train', '?'):,} training samples)"
+                if isinstance(data.get("n_train"), int)
+                else str(data.get("name", "?"))
+            ),
+            "card": (f"{len(host['gpus'])}× {host['gpus'][0]}" if host.get("gpus") else "CPU"),
+        }
+        differ = [
+            f"{key}: {course[key]} vs {value}"
+            for key, value in here.items()
+            if key in course and str(course[key]) != value
+        ]
+        rows.append([run, entry["course"], ", ".join(ours), "; ".join(differ) or "nothing"])
+    return {
+        "columns": ["configuration", "course", "this run", "differs in (course vs this run)"],
+        "rows": rows,
+    }
