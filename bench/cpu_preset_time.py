@@ -1,9 +1,10 @@
 """How long the CPU preset (config/cpu.yaml) takes on this machine, estimated from a short
-real run of its whole DAG: every run trains 1 seed for 1 epoch on --samples images, the
-special studies run as they are, and each run's measured epoch is scaled to the preset's
-samples, epochs and seeds (a train epoch's time grows with its samples, evaluation and a
-checkpoint do not). CIFAR-10 can't be fetched everywhere, so the A studies train on a
-SYNTHETIC CIFAR-shaped set of the same size (50,000 + 10,000 images): same shapes, same work.
+real run of its whole DAG: every run trains 1 seed for 1 epoch on --samples images and
+evaluates on as many test images, the special studies run as they are, and each run's measured
+epoch is scaled to the preset's samples, epochs and seeds (training with its training samples,
+evaluation with its test and validation samples; a checkpoint's time does not change).
+CIFAR-10 can't be fetched everywhere, so the A studies train on a SYNTHETIC CIFAR-shaped set
+of the same size (50,000 + 10,000 images): same shapes, same work.
 
     python bench/cpu_preset_time.py [--cores 2] [--samples 2000] [--results results/cpu-estimate]
 
@@ -41,17 +42,22 @@ def preset_runs() -> dict:
     return resolve_runs(config, load_schema())
 
 
-def extra_seconds(record: dict, full) -> float:
+def extra_seconds(record: dict, full, manifest: dict) -> float:
     """What the preset's run adds over the measured one: its seeds × epochs of training at its
-    samples, less the epoch measured."""
+    samples, evaluation at its test and validation sizes, less the epoch measured. `manifest`
+    is the prepared data's (its sizes, where the preset takes them all)."""
     seed = record["seeds"][0]
     epoch = seed["history"][0]
-    measured_samples = record["spec"]["train_samples"]
-    train = epoch["train_time_s"] * full.train_samples / measured_samples
-    per_epoch = train + epoch["eval_time_s"] + seed["timing"].get("checkpoint_time_s", 0.0)
-    measured = epoch["train_time_s"] + epoch["eval_time_s"]
-    measured += seed["timing"].get("checkpoint_time_s", 0.0)
+    data = record["data"]
+    full_train = full.train_samples or manifest["n_train"] - full.validation_samples
+    full_eval = (full.test_samples or manifest["n_test"]) + full.validation_samples
+    measured_eval = data["n_test"] + (data.get("n_validation") or 0)
+    train = epoch["train_time_s"] * full_train / data["n_train"]
+    evaluate = epoch["eval_time_s"] * full_eval / measured_eval
+    checkpoint = seed["timing"].get("checkpoint_time_s", 0.0)
+    measured = epoch["train_time_s"] + epoch["eval_time_s"] + checkpoint
     seed_setup = record["timing"].get("seed_setup_s", 0.0)
+    per_epoch = train + evaluate + checkpoint
     return full.seeds * full.epochs * per_epoch + (full.seeds - 1) * seed_setup - measured
 
 
@@ -72,6 +78,7 @@ def main() -> None:
                     "dataset": "synthetic_cifar",
                     "epochs": 1,
                     "train_samples": args.samples,
+                    "test_samples": args.samples,
                 },
                 "data": {"synthetic_cifar": {"n_train": 50000, "n_test": 10000, "seed": 0}},
             }
@@ -89,10 +96,12 @@ def main() -> None:
         record = json.loads(path.read_text())
         if record["status"] != "ok":  # skipped here, and in the preset: no time
             continue
-        cores = min(args.cores, full.processes)
-        extra[full.study] = extra.get(full.study, 0.0) + extra_seconds(record, full) * (
-            cores / args.cores
+        manifest = json.loads(
+            (ROOT / args.results / "data" / f"{record['spec']['dataset']}.json").read_text()
         )
+        cores = min(args.cores, full.processes)
+        added = extra_seconds(record, full, manifest) * cores / args.cores
+        extra[full.study] = extra.get(full.study, 0.0) + added
     print(f"measured DAG ({args.samples} samples, 1 epoch, 1 seed): {wall / 60:.1f} min")
     for study, seconds in extra.items():
         print(f"  {study:<22} +{seconds / 3600:5.2f} h")

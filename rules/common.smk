@@ -174,13 +174,9 @@ def sharding_params():
 
 
 def collectives_table(wildcards):
-    """The collectives sweep's table for a study whose runs vary the backend (A5: its
-    communication per step is predicted from the sweep), where the sweep runs; else nothing.
-    """
-    study = config["studies"][wildcards.study]
-    runs = [study.get("base") or {}, *(study.get("runs") or {}).values()]
-    varies = any("backend" in (r or {}) for r in runs)
-    if varies and config["special_studies"]["collectives"]["enabled"]:
+    """The collectives sweep's table, where the sweep runs: a study's communication per step is
+    predicted from it (A5's backends, B1's processes on one host); else nothing."""
+    if config["special_studies"]["collectives"]["enabled"]:
         return f"{STUDIES_DIR}/collectives/collectives.csv"
     return []
 

@@ -126,7 +126,7 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
     assert pd.read_csv(tmp_path / "results" / "runs.csv").empty
     page = (tmp_path / "results" / "report" / "report.html").read_text()
     assert re.findall(r'<section id="([^"]+)"', page) == [
-        "spare_failure", "float32_bytes", "timeline", "all-runs"
+        "answers", "spare_failure", "float32_bytes", "timeline", "all-runs"
     ]  # fmt: skip
 
 
@@ -299,7 +299,7 @@ def test_the_end_of_the_dag_says_how_its_runs_ended_and_why_some_were_skipped(da
     """ "76 of 76 steps (100%) done" with 37 of 51 runs skipped, and "skipped" nowhere."""
     said = (dag.parent / "snakemake.stderr").read_text()
     summary = said[said.rindex("Runs by study:") :]
-    assert "\n  parallelism: 4 ok, 3 skipped\n" in summary
+    assert "\n  parallelism: 6 ok, 3 skipped\n" in summary
     assert "\n  backend: 2 ok, 2 skipped\n" in summary
     assert re.search(r"\n  2 run\(s\) — backend 'nccl' runs on CUDA devices only; .*: "
                      r"backend/nccl_b32, backend/nccl_b128\n", summary)  # fmt: skip
@@ -374,17 +374,20 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     assert figures >= EXPECTED_TRAIN_JOBS + 2 * len(EXPECTED_RUNS)  # run curves + study figures
     # Every ok row of every results table holds numbers (GPU memory is empty on a CPU host),
     # each measured one the mean over the .test config's 2 seeds ± its 95% interval.
-    ok_rows = re.findall(r'<tr><td>[\w.-]+</td><td class="status-ok">ok</td>(.*?)</tr>', page, re.S)
+    every_column = r"<summary>All columns</summary>(.*?)</details>"
+    full_tables = "".join(re.findall(every_column, page, re.S))
+    ok_row = r'<tr><td>[\w.-]+</td><td class="status-ok">ok</td>(.*?)</tr>'
+    ok_rows = re.findall(ok_row, full_tables, re.S)
     assert len(ok_rows) == EXPECTED_TRAIN_JOBS - 8
-    gpu_memory = (13, 14, 15)  # max GPU, what a step adds, per GPU
-    with_interval = (5, 6, 7, 8, 9, 10, 11, 12)  # accuracies, losses, times, samples/s
+    gpu_memory = (12, 13, 14)  # max GPU, what training adds, per GPU
+    with_interval = (5, 6, 7, 8, 9, 10, 11)  # accuracies, losses, times, samples/s
     for row in ok_rows:
         cells = re.findall(r'<td class="num">(.*?)</td>', row)
-        if len(cells) == 20:  # A1's target accuracy: time and epochs to it, and seeds that did
+        if len(cells) == 19:  # A1's target accuracy: time and epochs to it, and seeds that did
             *cells, time, epochs, seeds = cells
             assert re.fullmatch(r"\d of 2", seeds)
             assert (time == epochs == "") if seeds != "2 of 2" else " ± " in time + epochs
-        assert len(cells) == 17 and all(cells[i] == "" for i in gpu_memory)
+        assert len(cells) == 16 and all(cells[i] == "" for i in gpu_memory)
         number = r"[\d.,]+( ± [\d.,]+)?"
         number_or_word = rf"{number}|cpu|(fp32|fp16|bf16|fp8)(/(fp32|fp16|bf16|fp8))*"
         shown = [c for i, c in enumerate(cells) if i not in gpu_memory]
@@ -392,7 +395,7 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
         assert all(" ± " in cells[i] for i in with_interval), cells
     # Comparisons over the seeds, with their intervals; the warm-process check per study.
     assert page.count("(95% interval ") > len(EXPECTED_RUNS)
-    assert page.count("<li>Warm process: the later seeds") == len(EXPECTED_RUNS)
+    assert page.count("<li>Warm process, later seeds") == len(EXPECTED_RUNS)
     assert 'download="seeds.csv"' in page and 'download="runs.csv"' in page
     assert not re.search(r">\s*(nan|NaN|None|inf)\s*<", page)
     # A skipped run shows its reason, and its row no number.
@@ -418,6 +421,7 @@ def test_the_report_renders_in_a_real_browser_offline(dag):
     evidence = ROOT / "results" / "evidence" / "report.png"
     facts = screenshot(dag / "report" / "report.html", evidence)
     assert facts["sections"] == [
+        "answers",
         *EXPECTED_RUNS_IN_REPORT_ORDER,
         *SPECIAL_STUDIES,
         "timeline",
@@ -433,8 +437,9 @@ def test_the_report_renders_in_a_real_browser_offline(dag):
 # write them.
 VERDICT = re.compile(
     r"faster|slower|heavier|lighter|more accurate|less accurate|within seed noise|the same|"
-    r"too few seeds to tell|grows|falls|flat within noise|overfit|not trained long enough|"
-    r"agree|disagree|exact|not measured here"
+    r"too few seeds to tell|too few repeats to tell|costlier|within noise|grows|falls|"
+    r"flat within noise|overfit|not trained long enough|"
+    r"agree|disagree|exact|not measured|about the same"
 )
 
 
@@ -544,7 +549,9 @@ def test_the_test_configs_results_compare_with_a_changed_copy_of_them(dag, tmp_p
     changed.write_text(json.dumps(metrics))
     result = compare.write([dag, copy], tmp_path / "c.html", names=["dag", "changed"])
     parallelism = next(s for s in result["sections"] if s["key"] == "parallelism")
-    assert parallelism["only"] == ["single_gpu_dataloader: not in changed"]
+    assert parallelism["only"] == [
+        f"1 of {EXPECTED_RUNS['parallelism']} runs not in changed: single_gpu_dataloader"
+    ]
     assert parallelism["different"] == [
         "ddp_2gpu on changed: differs from dag in batch_size (not the same experiment)"
     ]

@@ -68,6 +68,7 @@ def filter_all_runs(
     driver = open_browser(chromedriver)
     try:
         driver.get(Path(html).resolve().as_uri())
+        driver.find_element(By.CSS_SELECTOR, "#all-runs-details > summary").click()  # open it
         sortable = driver.find_elements(By.CSS_SELECTOR, "#all-runs-table th.sortable")
         headers = [th.text.replace("↕", "").strip() for th in sortable]
         boxes = driver.find_elements(By.CSS_SELECTOR, "#all-runs-table tr.filters input")

@@ -8,32 +8,38 @@ A sentence names its comparisons, each a run against a reference over their seed
       compare:
         ddp: {run: ddp_2gpu_dataloader, vs: single_gpu_dataloader, metric: samples_per_s}
 
-`{ddp}` becomes "1.64× (95% interval 1.58–1.70×; 812 vs 495 samples/s), faster" (or "slower",
+`{ddp}` becomes "1.64× (1.58–1.70×; 812 vs 495 samples/s), faster": the ratio, its 95%
+interval, both (geometric) means and the verdict (or "slower",
 "within seed noise", "too few seeds to tell", ...); `{ddp.figure}` leaves the verdict out and
 `{ddp.label}` names the metric. One convention for every ratio: the run's over the
 reference's, so > 1 means more of the metric (faster for throughput, heavier for memory).
 Two runs compared differ, by the study's design, only in its `factor` keys (a key, or a group
 such as `optimizer`); a pair that differs in more says in what, the step a run took counting
 rather than the one it asked for. A comparison whose runs did not finish, or are not in the
-config, is "not measured here", with the reason, and shows no number. An entry with `facts:`
+config, is "not measured (the run and why)", and shows no number. An entry with `facts:`
 (A2) takes its numbers from a function of the study and has one template per case.
 """
 
 from __future__ import annotations
 
+import csv
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy import stats as scipy_stats
 
 from dmls import record, stats
+from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.config.studies import flatten
 from dmls.report.cells import MIB
 from dmls.report.observations import RISE_TOLERANCE, held_out_loss
-from dmls.report.study import OK, Study
+from dmls.report.study import OK, Study, step_taken
 from dmls.report.wording import minus, ratio_strings, signed
 
 # A ratio whose interval spans more than this factor (high / low), or a difference of
@@ -93,7 +99,7 @@ class Compared:
 
     @classmethod
     def not_measured(cls, why: NotMeasured, label: str = "") -> Compared:
-        return cls(f"not measured here, as {why}", "", label)
+        return cls(f"not measured ({why})", "", label)
 
 
 def values(study: Study, run: str, metric: str) -> list[float]:
@@ -160,7 +166,8 @@ def compare(
             f"{signed(100 * result.low)} to {signed(100 * result.high)}"
         )
         too_wide = result.has_interval and 100 * (result.high - result.low) > TOO_WIDE_POINTS
-    inside = f"95% interval {interval}; {means}" if interval else f"{means}; one seed, no interval"
+    alone = "one seed" if metric in record.SEED_METRICS else "the job's one value"
+    inside = f"{interval}; {means}" if interval else f"{means}; {alone}, no interval"
     extra = _also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     if extra:
         inside += f"; the two also differ in {extra}"
@@ -238,7 +245,10 @@ def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
         "n_at_last": at_last,
         "n_overfit": len(overfit),
         "overfit_runs": ", ".join(overfit),
-        "rise": f"{min(rises, default=0):.0f}–{max(rises, default=0):.0f}%",
+        "rise": "–".join(
+            dict.fromkeys(f"{r:.0f}" for r in (min(rises, default=0), max(rises, default=0)))
+        )
+        + "%",
         "epochs": "/".join(map(str, epochs)),
         "tolerance": f"{100 * RISE_TOLERANCE:.0f}%",
     }
@@ -246,13 +256,87 @@ def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
     return case, facts
 
 
-# Facts an `answer:` entry names with `facts:`: a function of the study giving (case, facts);
-# the entry's `say` has one template per case.
-FACTS = {"overfitting": overfitting}
+def regularization_setting(study: Study) -> tuple[str, dict[str, Any]]:
+    """A4's setting, to read its techniques in: whether the bare baseline (`study.baseline`)
+    overfit within its epochs (its held-out loss passed its minimum and rose while its training
+    loss fell), or its held-out loss was still falling at its last epoch, where a regularizer
+    can only slow the fit."""
+    base = study.baseline
+    history = study.histories.get(base)
+    if history is None or len(history) < 2:
+        raise NotMeasured(f"the baseline {base} did not finish two epochs")
+    column, loss = held_out_loss({base: history})
+    best, last = history.loc[history[column].idxmin()], history.iloc[-1]
+    rose = last[column] > best[column] * (1 + RISE_TOLERANCE)
+    case = "overfit" if rose and last["train_loss"] < best["train_loss"] else "still_falling"
+    gap = 100 * (last["train_accuracy"] - last["test_accuracy"])
+    return case, {
+        "baseline": base,
+        "loss": loss,
+        "epochs": str(int(last["epoch"])),
+        "best_epoch": str(int(best["epoch"])),
+        "gap": minus(f"{gap:+.1f} points"),
+    }
+
+
+def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[str, Any]]:
+    """B1: why two processes on one host (`n1xp2`) step slower than one (`n1xp1`): each one's
+    time per optimizer step from its steady throughput, against what the collectives sweep of
+    this folder puts one gradient all-reduce at (DDP's buckets, the run's backend and device,
+    2 processes)."""
+    one, two = "n1xp1", "n1xp2"
+    for run in (one, two):
+        _finished(study, run)
+    if sweep is None:
+        raise NotMeasured("the collectives sweep did not run")
+    m1, m2 = study.metrics[one], study.metrics[two]
+    params = m2.get("parameters")
+    if not params:
+        raise NotMeasured(f"{two}'s record has no parameter count")
+    world = m2["derived"]["processes"]
+    per_step = [  # ms per optimizer step, each process stepping its own batch
+        1000
+        * m["spec"]["batch_size"]
+        * m["derived"]["processes"]
+        / stats.geometric_mean(study.seed_values(m["run"], "samples_per_s"))
+        for m in (m1, m2)
+    ]
+    device = "cuda" if str(m2["ranks"][0]["device"]).startswith("cuda") else "cpu"
+    backend = m2["spec"]["backend"]
+    rows = setup_rows(sweep.to_dict("records"), backend, device, world)
+    all_reduce = calls_ms(rows, [("all_reduce", b) for b in ddp_buckets(4 * params)])
+    if all_reduce is None:
+        raise NotMeasured(f"the sweep did not time {backend} on {device} with {world} processes")
+    lost = per_step[1] - per_step[0]
+    share = all_reduce / lost if lost > 0 else math.inf
+    case = "faster" if lost <= 0 else ("mostly" if share >= 0.5 else "partly")
+    return case, {
+        "step_one": f"{per_step[0]:.3g} ms",
+        "step_two": f"{per_step[1]:.3g} ms",
+        "gradient": f"{4 * params / 1024:,.0f} KiB",
+        "backend": backend,
+        "all_reduce": f"{all_reduce:.3g} ms",
+        "share": f"{min(share, 9.99):.0%}" if lost > 0 else "",
+    }
+
+
+# Facts an `answer:` entry names with `facts:`: a function of the study (and the collectives
+# sweep, where it ran) giving (case, facts); the entry's `say` has one template per case.
+FACTS = {
+    "overfitting": overfitting,
+    "regularization_setting": regularization_setting,
+    "one_host_cause": one_host_cause,
+}
+# The facts functions that read the collectives sweep.
+WITH_SWEEP = {"one_host_cause"}
 
 
 def sentence(
-    entry: dict[str, Any], study: Study, factor: Sequence[str] = (), other: Study | None = None
+    entry: dict[str, Any],
+    study: Study,
+    factor: Sequence[str] = (),
+    other: Study | None = None,
+    sweep: pd.DataFrame | None = None,
 ) -> str:
     """One `answer:` entry of report/studies.yaml filled from `study`'s runs, or a sentence
     saying why it can't be."""
@@ -260,7 +344,9 @@ def sentence(
     say = entry["say"]
     if "facts" in entry:
         try:
-            case, facts = FACTS[entry["facts"]](study)
+            name = entry["facts"]
+            args = (study, sweep) if name in WITH_SWEEP else (study,)
+            case, facts = FACTS[name](*args)
         except NotMeasured as e:
             topic = entry.get("topic", entry["facts"])
             return f"{topic[:1].upper()}{topic[1:]}: not measured here, as {e}."
@@ -279,11 +365,17 @@ def sentence(
     return say.format(**filled)
 
 
-def study_answer(texts: dict[str, Any], study: Study, other: Study | None = None) -> list[str]:
+def study_answer(
+    texts: dict[str, Any],
+    study: Study,
+    other: Study | None = None,
+    sweep: pd.DataFrame | None = None,
+) -> list[str]:
     """The answer of a report/studies.yaml section (`answer`, at most three sentences; the
-    study's `factor`, what its runs may differ in) filled from `study`'s runs."""
+    study's `factor`, what its runs may differ in) filled from `study`'s runs (and `other`'s,
+    the study it is compared with; `sweep`, the collectives sweep's table, where it ran)."""
     factor = texts.get("factor") or []
-    return [sentence(entry, study, factor, other) for entry in texts.get("answer") or []]
+    return [sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []]
 
 
 def _label(study: Study, metric: str) -> str:
@@ -293,12 +385,20 @@ def _label(study: Study, metric: str) -> str:
         return metric
 
 
+def short_reason(reason: Any) -> str:
+    """A run's reason as an answer quotes it: its first clause, without the advice that
+    follows (the section's table gives it whole): "backend 'nccl' runs on CUDA devices only"."""
+    text = str(reason or "").split(";")[0].split(" (run it")[0]
+    text = re.sub(r"\s*\([^()]{40,}\)", "", text)  # a long aside: a command, its output
+    return text.strip().rstrip(".")
+
+
 def _finished(study: Study, run: str) -> None:
     if run not in study.runs.index:
         raise NotMeasured(f"the config has no run {run}")
     row = study.runs.loc[run]
     if row["status"] != OK:
-        raise NotMeasured(f"{run} was {row['status']}: {row['reason']}")
+        raise NotMeasured(f"{run} {row['status']}: {short_reason(row['reason'])}")
 
 
 def _mean(xs: list[float], spec: Metric) -> float:
@@ -312,23 +412,22 @@ def _number(value: float, spec: Metric) -> str:
 
 def _verdict(result: stats.Comparison, spec: Metric, too_wide: bool) -> str:
     if too_wide:
-        return "too few seeds to tell (the interval is too wide)"
+        return "too few seeds to tell"
     if result.within_noise:
         return "within seed noise"
     if result.value == result.null:
         return "the same"
-    word = spec.more if result.value > result.null else spec.less
-    return word if result.has_interval else f"{word} (one seed, no interval)"
+    if not result.has_interval and spec.kind == "ratio" and abs(math.log(result.value)) < 0.02:
+        return "about the same"  # no interval to tell a 2% difference from noise
+    return spec.more if result.value > result.null else spec.less
 
 
 def ran(metrics: dict[str, Any]) -> dict[str, Any]:
     """What a run ran, as dotted keys: its spec, with `step` the step it took (a DataParallel
     run asked for a graph steps eagerly: `step` is then "eager")."""
     flat = flatten(metrics["spec"])
-    taken = metrics.get("step") or {}
-    if taken.get("mode"):
-        mode = "graph" if taken["mode"] == "cuda_graph" else taken["mode"]
-        flat["step"] = f"{mode}, compiled" if taken.get("compiled") else mode
+    if taken := step_taken(metrics):
+        flat["step"] = taken
     return flat
 
 
@@ -393,3 +492,67 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
         "columns": ["configuration", "course", "this run", "differs in (course vs this run)"],
         "rows": rows,
     }
+
+
+# --- Shared by the special studies' answers (dmls/report/special_answers.py) ---------------
+
+
+def not_measured(why: str) -> str:
+    """A placeholder's text for a part this folder lacks."""
+    return f"not measured here, as {why}"
+
+
+def finished_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary's rows; NotMeasured when the study produced none, or skipped all of them."""
+    rows = summary.get("rows") or []
+    if not rows:
+        raise NotMeasured("the study wrote no results")
+    if not any(r.get("status") == OK for r in rows):
+        raise NotMeasured(skip_reason(rows))
+    return rows
+
+
+def skip_reason(rows: list[dict[str, Any]]) -> str:
+    """Why a part did not run, from the first of `rows` that is not ok: "it was skipped: no
+    CUDA device on this host", "it failed: ..."."""
+    bad = next((r for r in rows if r.get("status") != OK), None)
+    if bad is None:
+        return "the config does not measure it"
+    why = short_reason(bad.get("reason")) or "no reason was given"
+    return f"it {status_verb(bad.get('status'))}: {why}"
+
+
+def status_verb(status: Any, plural: bool = False) -> str:
+    """A row's status as a verb: 'failed', 'was skipped' ('were skipped')."""
+    return "failed" if status == "failed" else f"{'were' if plural else 'was'} {status}"
+
+
+def read_csv_rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def speed(reference: list[float], other: list[float], means: str) -> str:
+    """`other` against `reference` as a speed, the reference's time over the other's (the ratio
+    of their geometric means), with its 95% interval over the repeats where both have two or
+    more, the two means (`means`, as written) and a verdict:
+    '0.82× (95% interval 0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'."""
+    r = stats.ratio(reference, other)
+    if r is None:
+        raise NotMeasured("no time was recorded")
+    if r.has_interval:
+        inside = f"{r.low:.2f}–{r.high:.2f}×; {means}"
+        if r.high / max(r.low, 1e-12) > TOO_WIDE_RATIO:
+            verdict = "too few repeats to tell"
+        else:
+            verdict = "within noise" if r.within_noise else faster_word(r.value)
+    else:
+        inside = f"{means}; one repeat, no interval"
+        verdict = faster_word(r.value)
+    return f"{r.value:.2f}× ({inside}), {verdict}"
+
+
+def faster_word(ratio: float) -> str:
+    return "faster" if ratio > 1 else "slower" if ratio < 1 else "the same"

@@ -291,6 +291,7 @@ def render(
             texts,
         ),
         "intro": texts["intro"],
+        "terms": texts.get("terms") or {},
         "all_runs": all_runs(frame),
         "timeline": timeline_section(metrics, special_paths),
         "runs_csv_uri": data_uri(runs_csv, "text/csv"),

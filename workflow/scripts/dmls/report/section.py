@@ -54,7 +54,8 @@ def build(
         # Each section's answer to its question, by the section's key (dmls.report.answers),
         # and the course's figures beside this run's.
         "answers": {
-            entry["study"]: answers.study_answer(entry, study, other) for entry in texts or []
+            entry["study"]: answers.study_answer(entry, study, other, collectives)
+            for entry in texts or []
         },
         "course": {
             entry["study"]: answers.course_comparison(study, entry.get("course_table"))

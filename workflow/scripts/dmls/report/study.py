@@ -202,11 +202,8 @@ class Study:
         ]
         shared = {
             "host": "each job had the host to itself",
-            "devices": (
-                "jobs ran beside others on other cores and GPUs, sharing the CPU package (clock, "
-                "memory bandwidth)"
-            ),
-            "none": "jobs shared the host with others, so their timings are not comparable",
+            "devices": "jobs beside others on other cores and GPUs (the CPU package shared)",
+            "none": "host shared with other jobs: timings not comparable",
         }
         return {
             "data": each([d.get("name") for d in data]),
@@ -224,7 +221,7 @@ class Study:
         """The columns a study's question asks about, shown without scrolling: accuracy,
         throughput of the steady epochs, and the memory the study compares."""
         headers = dict(self.result_columns)
-        columns = ["epochs_completed", "test_accuracy", "samples_per_s"]
+        columns = ["test_accuracy", "samples_per_s"]
         if self.memory is not None:
             columns.append(self.memory[0])
             if self.memory[0] == "step_gpu_mem_bytes":  # and the peak it sits on, same seed
@@ -236,10 +233,16 @@ class Study:
         return self.results_table(self.key_columns)
 
     def settings_table(self) -> dict[str, Any]:
-        """What was run: one row per run, one column per setting that varies."""
-        columns = ["run", *self.varying]
+        """What was run: one row per run, one column per setting that varies, and the step each
+        run took (a DataParallel run asked for a graph steps eagerly; a run that did not train
+        took none)."""
+        columns = ["run", *self.varying, "step taken"]
         rows = [
-            [run, *(cells.setting(self.runs.at[run, f"spec.{k}"]) for k in self.varying)]
+            [
+                run,
+                *(cells.setting(self.runs.at[run, f"spec.{k}"]) for k in self.varying),
+                step_taken(self.metrics[run]),
+            ]
             for run in self.runs.index
         ]
         return {"columns": columns, "rows": rows}
@@ -356,6 +359,20 @@ class Study:
         frame = self.runs.reindex(columns=[*columns, *text, *numeric])
         frame.loc[frame["status"] != OK, [*text[1:], *numeric]] = None
         return frame
+
+
+# How a step ran (training/steps.py `step_record`), in words.
+STEP_MODES = {"cuda_graph": "CUDA graph", "eager": "eager"}
+
+
+def step_taken(metrics: dict[str, Any]) -> str:
+    """The step a run took: "CUDA graph", "eager", "compiled, CUDA graph", ...; empty for a run
+    that did not train."""
+    step = metrics.get("step") or {}
+    if metrics["status"] != OK or not step.get("mode"):
+        return ""
+    mode = STEP_MODES.get(step["mode"], step["mode"])
+    return f"compiled, {mode}" if step.get("compiled") else mode
 
 
 def _ci95(row: pd.Series, column: str) -> float | None:

@@ -3,6 +3,11 @@ no effect (within seed noise), a minus sign, seconds (observations and communica
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import numpy as np
+
 from dmls import stats
 from dmls.report.cells import seconds
 
@@ -55,3 +60,61 @@ def minus(text: str) -> str:
 def in_s(value: float) -> str:
     """A duration in a sentence: "1.23 s"."""
     return f"{seconds(value)} s"
+
+
+# Numbers in the special studies' answers (dmls/report/special_answers.py).
+# Two byte counts (or bytes per parameter) agree when they differ by at most this fraction.
+AGREE = 0.01
+
+
+def fmt_count(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def fmt_bytes(n: float) -> str:
+    """'1,487,328 bytes (1.42 MiB)'."""
+    return f"{n:,.0f} bytes ({fmt_size(n)})"
+
+
+def fmt_size(n: float) -> str:
+    """A message size in binary units, three significant digits: '4 B', '2.37 MiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_percent(fraction: float, decimals: int = 1) -> str:
+    return f"{100 * fraction:.{decimals}f}%"
+
+
+def fmt_sig(x: float, digits: int = 4) -> str:
+    return minus(f"{x:.{digits}g}")
+
+
+def fmt_num(x: float) -> str:
+    """Three significant digits, in positional notation: '0.247', '68.7', '1,600'."""
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return minus(np.format_float_positional(x, precision=3, unique=False, fractional=False,
+                                            trim="-"))  # fmt: skip
+
+
+def fmt_mean(row: dict[str, Any], mean: str, ci95: str) -> str:
+    """A row's mean with the half-width of its 95% interval where it has one: '3.17 ± 0.278'."""
+    half = row.get(ci95)
+    if half is None or half == "" or not math.isfinite(float(half)):
+        return fmt_num(float(row[mean]))
+    return f"{fmt_num(float(row[mean]))} ± {fmt_num(float(half))}"
+
+
+def fmt_plural(n: Any, word: str) -> str:
+    return f"{n} {word}" if str(n) == "1" else f"{n} {word}s"
+
+
+def closeness(measured: float, reference: float) -> str:
+    """'agrees' within AGREE, else 'X% above' / 'X% below' (relative to `reference`)."""
+    off = measured / reference - 1
+    if abs(off) <= AGREE:
+        return "agrees"
+    return f"{fmt_percent(abs(off))} {'above' if off > 0 else 'below'}"
