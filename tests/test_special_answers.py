@@ -6,6 +6,7 @@ for report/studies.yaml filled from every case."""
 import json
 import re
 import string
+from pathlib import Path
 
 import pytest
 import yaml
@@ -58,14 +59,19 @@ def written(summary, folder):
 
 
 # --------------------------------------------------------------------------- D1
+def ran(tmp_path_factory, name: str, cfg: dict) -> tuple[dict, Path]:
+    """A special study run on the CPU into a folder of its own: (its summary.json, the folder)."""
+    folder = tmp_path_factory.mktemp(name)
+    runner.run_study(name, cfg, folder)
+    return read_json(folder / "summary.json"), folder
+
+
 @pytest.fixture(scope="module")
 def lenet(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("lenet_memory")
     cfg = {"title": "D1", "batch_size": 8, "activation": "tanh", "optimizers": ["adamw"],
            "precisions": ["fp32"], "recompute": ["none", "full"], "steps": 2,
            "seed": 0}  # fmt: skip
-    runner.run_study("lenet_memory", cfg, folder)
-    return read_json(folder / "summary.json"), folder
+    return ran(tmp_path_factory, "lenet_memory", cfg)
 
 
 def test_d1_gives_parameters_the_estimate_the_measured_peak_and_recomputation(lenet):
@@ -139,12 +145,10 @@ def test_d1_with_every_row_skipped_is_not_measured_with_the_reason(tmp_path):
 # --------------------------------------------------------------------------- D2
 @pytest.fixture(scope="module")
 def spare(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("spare_failure")
     cfg = {"title": "D2", "p_vectors": {"pair": [0.1, 0.2], "three": [0.05, 0.1, 0.3]},
            "curve_p": [0.1], "curve_n": [1, 2, 4], "trials": 200_000, "confidence": 0.99,
            "seed": 3}  # fmt: skip
-    runner.run_study("spare_failure", cfg, folder)
-    return read_json(folder / "summary.json"), folder
+    return ran(tmp_path_factory, "spare_failure", cfg)
 
 
 def test_d2_the_first_vector_with_its_monte_carlo_and_the_agreement(spare):
