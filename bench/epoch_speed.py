@@ -43,13 +43,15 @@ COURSE = {"loader": "torch", "step": "eager"}  # DataLoader + per-image transfor
 
 def a1_spec(run: str, **overrides: Any) -> RunSpec:
     """The A1 run spec of config/config.yaml with `overrides`, completed from the schema; one
-    seed unless `overrides` says otherwise (a bench times one training)."""
+    seed and no validation split unless `overrides` says otherwise (a bench times one
+    training)."""
     from snakemake.utils import validate
 
     with open(ROOT / "config" / "config.yaml") as f:
         defaults = yaml.safe_load(f)["defaults"]
     config = {
-        "defaults": deep_merge(defaults, {"seeds": 1}, overrides),
+        # One seed, no validation split: a bench times training (and its test set's evaluation).
+        "defaults": deep_merge(defaults, {"seeds": 1, "validation_samples": 0}, overrides),
         "studies": {"parallelism": {"runs": {run: {}}}},
     }
     validate(config, str(ROOT / "config" / "schemas" / "config.schema.yaml"))
