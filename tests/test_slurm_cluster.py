@@ -211,27 +211,24 @@ def test_multi_node_runs_match_the_local_emulation(slurm_b, local_b):
 
 
 def test_a_failing_job_is_reported_failed_promptly(slurm_cluster, tmp_path):
-    # A data folder without the data (one that does not exist stops Snakemake before any job):
-    # preparing the B data fails in its Slurm job (a DataError, whatever `strict` says), and
-    # no training job can start after it.
+    # A run another workflow is training into the same results folder: its job fails at once
+    # on its node, as it can't take the run's lock. (Bad data no longer reaches a job: it
+    # stops Snakemake at parse, before any submission.)
+    from filelock import FileLock
+
     results = tmp_path / "results"
-    (tmp_path / "empty").mkdir()
-    broken = tmp_path / "broken.yaml"
-    broken.write_text(yaml.safe_dump({"data": {"tabular": {"dir": str(tmp_path / "empty")}}}))
-    # One attempt: the profile's retry would only repeat the same failure.
-    out, seconds = on_slurm(
-        results, "--configfile", ".test/config.yaml", str(broken), "--config",
-        f"results_dir={results}", "--retries", "0",
-        *targets(results, ["cluster_torchrun/n1xp1"]), timeout=600,
-    )  # fmt: skip
+    lock = FileLock(results / "checkpoints" / "cluster_torchrun" / "n1xp1.pt.lock")
+    (results / "checkpoints" / "cluster_torchrun").mkdir(parents=True)
+    with lock:
+        # One attempt: the profile's retry would only repeat the same failure.
+        out, seconds = on_slurm(
+            results, "--configfile", ".test/config.yaml", "--config", f"results_dir={results}",
+            "--retries", "0", *targets(results, ["cluster_torchrun/n1xp1"]), timeout=600,
+        )  # fmt: skip
     assert out.returncode != 0
-    job_id = submitted_jobs(out.stderr)["prepare_data/tabular"]
+    (job_id,) = [job for key, job in submitted_jobs(out.stderr).items() if key.startswith("train/")]
     assert f"SLURM-job '{job_id}' failed, SLURM status is: 'FAILED'" in out.stderr
-    logs = [results / "logs" / "prepare_data" / "tabular.log", *results.rglob("*.log")]
-    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
-    missing = tmp_path / "empty" / "train_x.npy"
-    assert (
-        f"tabular file {missing} does not exist (data.tabular.dir = {tmp_path / 'empty'})" in text
-    )
+    text = "".join(p.read_text(errors="replace") for p in results.rglob("*.log") if p.is_file())
+    assert "cluster_torchrun/n1xp1 is being trained by another workflow" in text
     assert not (results / "runs" / "cluster_torchrun" / "n1xp1" / "metrics.json").exists()
     assert seconds < 180
