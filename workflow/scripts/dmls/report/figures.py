@@ -143,7 +143,10 @@ def _bars(study: Study, panels: list[tuple[str, str, float]], path: Path) -> Pat
         values = [study.runs.at[r, column] / scale if ok[r] else np.nan for r in runs]
         values = [np.nan if missing(v) else v for v in values]
         errors = [_ci95(study, r, column, scale) for r in runs]  # none without numbers
-        ax.barh(y, values, xerr=errors, capsize=3, color=[_color(study, r) for r in runs])
+        # A quantity that can't be negative: the bar's whisker stops at zero (two seeds' t
+        # intervals can reach below it).
+        below = [min(e, v) if not np.isnan(e) else e for e, v in zip(errors, values, strict=True)]
+        ax.barh(y, values, xerr=[below, errors], capsize=3, color=[_color(study, r) for r in runs])
         for yi, value, error in zip(y, values, errors, strict=True):
             if not np.isnan(value):
                 # Three significant digits, whole numbers from 1,000 up (not 1.57e+03).
