@@ -562,6 +562,12 @@ def test_the_test_configs_results_compare_with_a_changed_copy_of_them(dag, tmp_p
     assert ratios and all(r.startswith("1.00×") for r in ratios)
     verdicts = [line for s in result["sections"] for line in s["conclusions"]]
     assert verdicts and all(line.endswith("they agree.") for line in verdicts)
+    # In a browser: the report's fonts (the CSS was escaped into a serif fallback), and every
+    # table within the page at 1,400 px.
+    from screenshot_report import wide_tables
+
+    seen = wide_tables(tmp_path / "c.html")
+    assert seen["font"].startswith("system-ui") and seen["wide"] == []
 
 
 def test_a_data_path_that_names_nothing_stops_the_dag_before_any_job(tmp_path):

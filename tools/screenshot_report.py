@@ -148,6 +148,25 @@ def reading(html: Path, width: int = 1400, chromedriver: str = "/usr/bin/chromed
     }
 
 
+def wide_tables(html: Path, width: int = 1400, chromedriver: str = "/usr/bin/chromedriver") -> dict:
+    """The page's computed body font and, at `width` px, the tables wider than the box that
+    holds them (each as its section's id and the overflow in px)."""
+    driver = open_browser(chromedriver)
+    try:
+        driver.set_window_size(width, 1000)
+        driver.get(Path(html).resolve().as_uri())
+        return driver.execute_script(
+            """return {
+                font: getComputedStyle(document.body).fontFamily,
+                wide: [...document.querySelectorAll('.table-wrap')]
+                    .filter(w => w.scrollWidth > w.clientWidth + 1)
+                    .map(w => [(w.closest('section') || {}).id, w.scrollWidth - w.clientWidth]),
+            }"""
+        )
+    finally:
+        driver.quit()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path)
