@@ -38,7 +38,7 @@ from dmls import record, stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.config.studies import flatten
 from dmls.report.cells import MIB
-from dmls.report.observations import RISE_TOLERANCE, held_out_loss
+from dmls.report.observations import RISE_TOLERANCE, held_out_loss, held_out_minimum
 from dmls.report.study import OK, Study, step_taken
 from dmls.report.wording import minus, ratio_strings, signed
 
@@ -230,12 +230,9 @@ def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
     column, loss = held_out_loss(histories)
     at_last, overfit, rises = 0, [], []
     for run, h in histories.items():
-        best = h.loc[h[column].idxmin()]
-        last = h.iloc[-1]
+        best, last, overfits = held_out_minimum(h, column)
         at_last += int(best["epoch"] == last["epoch"])
-        if last[column] > best[column] * (1 + RISE_TOLERANCE) and (
-            last["train_loss"] < best["train_loss"]
-        ):
+        if overfits:
             overfit.append(run)
             rises.append(100 * (last[column] / best[column] - 1))
     epochs = sorted({int(h.iloc[-1]["epoch"]) for h in histories.values()})
@@ -266,9 +263,8 @@ def regularization_setting(study: Study) -> tuple[str, dict[str, Any]]:
     if history is None or len(history) < 2:
         raise NotMeasured(f"the baseline {base} did not finish two epochs")
     column, loss = held_out_loss({base: history})
-    best, last = history.loc[history[column].idxmin()], history.iloc[-1]
-    rose = last[column] > best[column] * (1 + RISE_TOLERANCE)
-    case = "overfit" if rose and last["train_loss"] < best["train_loss"] else "still_falling"
+    best, last, overfits = held_out_minimum(history, column)
+    case = "overfit" if overfits else "still_falling"
     gap = 100 * (last["train_accuracy"] - last["test_accuracy"])
     return case, {
         "baseline": base,
@@ -402,8 +398,8 @@ def _finished(study: Study, run: str) -> None:
 
 
 def _mean(xs: list[float], spec: Metric) -> float:
-    x = np.asarray(xs, dtype=float)
-    return float(np.exp(np.log(x).mean()) if spec.kind == "ratio" else x.mean())
+    """The mean a comparison divides or subtracts (stats.ratio: geometric)."""
+    return stats.geometric_mean(xs) if spec.kind == "ratio" else float(np.mean(xs))
 
 
 def _number(value: float, spec: Metric) -> str:

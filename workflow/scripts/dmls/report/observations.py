@@ -310,6 +310,15 @@ def held_out_loss(histories: dict[str, pd.DataFrame]) -> tuple[str, str]:
     return ("val_loss", "validation loss") if has_val else ("test_loss", "test loss")
 
 
+def held_out_minimum(history: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series, bool]:
+    """A run's epoch of minimum held-out loss (`column`), its last epoch, and whether it
+    overfit: the loss ended above its minimum (by more than RISE_TOLERANCE) while the training
+    loss kept falling."""
+    best, last = history.loc[history[column].idxmin()], history.iloc[-1]
+    rose = last[column] > best[column] * (1 + RISE_TOLERANCE)
+    return best, last, bool(rose and last["train_loss"] < best["train_loss"])
+
+
 def generalization(study: Study) -> dict[str, Any] | None:
     """Overfitting signs per run (A2): final gaps, epoch of minimum held-out loss, and a flag
     where that loss rose after its minimum while train loss kept falling."""
@@ -318,11 +327,7 @@ def generalization(study: Study) -> dict[str, Any] | None:
     histories = {run: h for run, h in study.histories.items() if len(h) >= 2}
     column, name = held_out_loss(histories)
     for run, history in histories.items():
-        last = history.iloc[-1]
-        best = history.loc[history[column].idxmin()]
-        rose = last[column] > best[column] * (1 + RISE_TOLERANCE)
-        fell = last["train_loss"] < best["train_loss"]
-        overfits = bool(rose and fell)
+        best, last, overfits = held_out_minimum(history, column)
         if overfits:
             flagged.append(run)
         rows.append(
