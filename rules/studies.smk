@@ -1,4 +1,4 @@
-# The special studies (B4, C, D1-D3, D5, A5's collectives): not training runs of the engine but small scripts over
+# The special studies (B4, C, D1-D7, A5's collectives): not training runs of the engine but small scripts over
 # the same models and data, each writing results/studies/<name>/ (config `special_studies`).
 # Their target list is special_study_outputs() in common.smk.
 
@@ -122,6 +122,25 @@ rule float32_bytes:
     params:
         study="float32_bytes",
         cfg=config["special_studies"]["float32_bytes"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
+rule serialization:
+    """D7. Serialization's pitfalls, run: representation, references, depth, trust."""
+    output:
+        summary=f"{STUDIES_DIR}/serialization/summary.json",
+        representation=f"{STUDIES_DIR}/serialization/representation.csv",
+        references=f"{STUDIES_DIR}/serialization/references.csv",
+        depth=f"{STUDIES_DIR}/serialization/depth.csv",
+        trust=f"{STUDIES_DIR}/serialization/trust.csv",
+    log:
+        f"{RESULTS}/logs/studies/serialization.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        study="serialization",
+        cfg=config["special_studies"]["serialization"],
     script:
         "../workflow/scripts/run_special_study.py"
 

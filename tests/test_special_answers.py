@@ -35,6 +35,7 @@ CASES = {
     "sharding": {"measured"},
     "profiler": {"measured"},
     "fused_conv": {"measured"},
+    "serialization": {"measured"},
 }
 SKIPPED_GPU = {"status": "skipped", "reason": "no CUDA device on this host"}
 
@@ -539,6 +540,8 @@ def every_case(lenet, spare, b4, c, tmp_path):
     add("sharding", {"status": "ok", "rows": shard_rows()}, tmp_path)
     add("profiler", *b4)
     add("fused_conv", *c)
+    d7 = runner.run_study("serialization", {"title": "D7"}, tmp_path / "d7")
+    add("serialization", d7, tmp_path / "d7")
     return out
 
 

@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
 SPECIAL_STUDIES = [
     "profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes", "graphs",
-    "collectives", "sharding",
+    "collectives", "sharding", "serialization",
 ]  # fmt: skip
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
     "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",
-    "spare_failure", "float32_bytes", "graphs", "collectives", "sharding",
+    "spare_failure", "float32_bytes", "graphs", "collectives", "sharding", "serialization",
 )  # fmt: skip
 
 
@@ -117,7 +117,7 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
         "special_studies:\n  profiler: {enabled: false}\n  fused_conv: {enabled: false}\n"
         "  lenet_memory: {enabled: false}\n  spare_failure: {curve_p: [0.05], curve_n: [1, 2]}\n"
         "  graphs: {enabled: false}\n  collectives: {enabled: false}\n"
-        "  sharding: {enabled: false}\n"
+        "  sharding: {enabled: false}\n  serialization: {enabled: false}\n"
     )
     out = snakemake(
         "--cores", "2", "--configfile", str(config), "--replace-workflow-config", timeout=300
@@ -509,6 +509,9 @@ def assert_special_studies(studies: Path) -> None:
     assert memory["parameters"]["model_total"] == memory["parameters"]["closed_form_total"]
     assert all(r["within_ci"] for r in summaries["spare_failure"]["rows"])
     assert summaries["float32_bytes"]["rows"][0]["bits_hex"] == "0x3885005A"
+    assert {r["part"] for r in summaries["serialization"]["rows"]} == {
+        "representation", "references", "depth", "trust"
+    }  # fmt: skip
     graphs = {(r["device"], r["mode"]): r for r in summaries["graphs"]["rows"]}
     assert all(graphs[("cpu", m)]["steady_step_ms"] > 0 for m in ("eager", "compile", "export"))
     control = {c["capture"]: c for c in summaries["graphs"]["control_flow"]}

@@ -1,4 +1,4 @@
-"""Report sections of the special studies (B4, C, D1-D3) from their results/studies/<name>/ files.
+"""Report sections of the special studies (B4, C, D1-D7) from their results/studies/<name>/ files.
 
 Each study wrote a summary.json (status per row, with the reason where a part could not run),
 CSV tables and PNG figures (dmls.special.runner); this module only selects and formats them.
@@ -117,7 +117,29 @@ TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
             None,
         ),
     ],
+    "serialization": [
+        (
+            "Representation: each value through each format, its size, the round trip, what "
+            "the other byte order reads, and what sender and receiver must agree on",
+            "representation.csv",
+            None,
+        ),
+        ("References: an object referenced twice and a cycle", "references.csv", None),
+        (
+            "Depth: the deepest nested list each format writes and reads, in a fresh "
+            "interpreter, and the error one level deeper",
+            "depth.csv",
+            None,
+        ),
+        (
+            "Trust: a state_dict through torch.save, and a pickle that runs code when loaded",
+            "trust.csv",
+            None,
+        ),
+    ],
 }
+# Studies whose tables hold values as text ('nan', integers beyond 2^53): read as written.
+TEXT_TABLES = {"serialization"}
 # Facts of a single-row summary shown as a definition list (D3).
 FACTS = {
     "float32_bytes": [
@@ -171,8 +193,9 @@ def load(summary_path: Path) -> dict[str, Any]:
     folder = Path(summary_path).parent
     summary = read_json(summary_path)
     key = summary["study"]
+    text = {"dtype": str, "keep_default_na": False} if key in TEXT_TABLES else {}
     tables = [
-        _table(caption, pd.read_csv(folder / name), columns)
+        _table(caption, pd.read_csv(folder / name, **text), columns)
         for caption, name, columns in TABLES.get(key, [])
         if (folder / name).exists()
     ]

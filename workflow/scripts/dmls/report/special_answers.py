@@ -528,6 +528,98 @@ def fused_conv(summary: dict[str, Any], folder: Path) -> Facts:
     }
 
 
+# --------------------------------------------------------------------------- D7
+def serialization(summary: dict[str, Any], folder: Path) -> Facts:
+    """D7: one value's bytes per format, what each format refuses or changes, shared references
+    and cycles, the deepest nesting written and read, and torch.load's refusal of a pickle that
+    runs code. Parts that failed are "not measured here" in their own placeholders."""
+    rows = finished_rows(summary)
+    failed = {r["part"]: r for r in rows if r["status"] != OK}
+
+    def part(name: str) -> list[dict[str, Any]]:
+        if name in failed:
+            raise NotMeasured(skip_reason([failed[name]]))
+        return summary.get(name) or read_csv_rows(folder / f"{name}.csv")
+
+    facts: dict[str, str] = {}
+    for keys, fill in (
+        (("value", "fixed", "pickle", "json", "misread", "lost"), _representation),
+        (("shared", "cycle"), _references),
+        (("depth",), _depth),
+        (("state_dict", "hostile"), _trust),
+    ):
+        name = fill.__name__.strip("_")
+        try:
+            facts |= fill(part(name))
+        except NotMeasured as e:
+            facts |= dict.fromkeys(keys, not_measured(str(e)))
+    return "measured", facts
+
+
+def _representation(rows: list[dict[str, Any]]) -> dict[str, str]:
+    first = rows[0]["value"]
+    mine = {(r["format"], r["code"]): r for r in rows if r["value"] == first}
+    by_format = {r["format"]: r for r in reversed(list(mine.values()))}
+    fixed = {int(r["bytes"]) for r in mine.values() if r["format"] in ("struct", "numpy")}
+    lost = []
+    for value in dict.fromkeys(r["value"] for r in rows):
+        mine_rows = [r for r in rows if r["value"] == value]
+        refused = [r for r in mine_rows if r["round_trip"] == "refused"]
+        changed = [r for r in mine_rows if r["round_trip"] == "changed"]
+        said = []
+        if refused:
+            formats = " and ".join(dict.fromkeys(r["format"] for r in refused))
+            said.append(f"refused by {formats} ({refused[0]['error']})")
+        said += [f"comes back as {r['read_back']} ({r['format']})" for r in changed]
+        if said:
+            lost.append(f"{value} is {' and '.join(said)}")
+    return {
+        "value": first,
+        "fixed": " and ".join(f"{b:,}" for b in sorted(fixed)),
+        "pickle": fmt_count(int(by_format["pickle"]["bytes"])),
+        "json": fmt_count(int(by_format["JSON"]["bytes"])),
+        "misread": fmt_sig(float(by_format["struct"]["other_order_reads"]), 3),
+        "lost": "; ".join(lost) or "every value came back exact from every format",
+    }
+
+
+def _references(rows: list[dict[str, Any]]) -> dict[str, str]:
+    def said(r: dict[str, Any]) -> str:
+        if r["round_trip"] == "refused":
+            return f"{r['format']} refused it ({r['error']})"
+        return f"{r['format']} {r['round_trip']} ({fmt_count(int(r['bytes']))} bytes)"
+
+    return {
+        case: ", ".join(said(r) for r in rows if r["case"] == case) for case in ("shared", "cycle")
+    }
+
+
+def _depth(rows: list[dict[str, Any]]) -> dict[str, str]:
+    def said(r: dict[str, Any]) -> str:
+        deepest, tried = int(r["deepest"]), int(r["tried_up_to"])
+        levels = f"at least {fmt_count(deepest)}" if deepest >= tried else fmt_count(deepest)
+        return f"{r['format']} {r['phase']} {levels}"
+
+    limit = rows[0]["recursion_limit"]
+    return {"depth": f"{', '.join(said(r) for r in rows)} (Python's recursion limit {limit})"}
+
+
+def _trust(rows: list[dict[str, Any]]) -> dict[str, str]:
+    state = next(r for r in rows if r["case"].startswith("state_dict"))
+    hostile = [r for r in rows if not r["case"].startswith("state_dict")]
+
+    def said(r: dict[str, Any]) -> str:
+        ran = r["code_ran"] in (True, "True")
+        if r["result"] == "refused":
+            return f"{r['loader']} refused it ({r['error']}){'' if not ran else ', yet it ran'}"
+        return f"{r['loader']} {'ran it' if ran else 'loaded it without running it'}"
+
+    return {
+        "state_dict": f"{state['loader']} gave it back as {state['result']}",
+        "hostile": "; ".join(said(r) for r in hostile),
+    }
+
+
 # --------------------------------------------------------------------------- answers
 # Facts an `answer:` entry of a special section names with `facts:`.
 SPECIAL_FACTS: dict[str, Callable[[dict[str, Any], Path], Facts]] = {
@@ -539,6 +631,7 @@ SPECIAL_FACTS: dict[str, Callable[[dict[str, Any], Path], Facts]] = {
     "graphs": graphs,
     "collectives": collectives,
     "sharding": sharding,
+    "serialization": serialization,
 }
 
 

@@ -37,12 +37,11 @@ import torch
 import torch.distributed as dist
 
 from dmls.comm import DDP_BUCKET_BYTES, latency_at
-from dmls.config.spec import ModelSpec
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.special import ranks
 from dmls.supervisor.processes import as_rank
 from dmls.supervisor.slurm import SrunTask
-from dmls.training.models import build_model
+from dmls.training.models import course_cnn
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +58,7 @@ COLUMNS = (
 
 def course_gradient_bytes() -> int:
     """The course CNN's gradient in bytes (fp32): what DDP all-reduces every step."""
-    spec = ModelSpec(name="cnn", conv_channels=(32, 64, 128), fc_hidden=256, hidden=0,
-                     layers=1, dropout=0.0, batch_norm=True, activation="relu")  # fmt: skip
-    model = build_model(spec, (3, 32, 32), 10)
+    model = course_cnn()
     return 4 * sum(p.numel() for p in model.parameters())
 
 

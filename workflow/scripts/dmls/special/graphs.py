@@ -33,10 +33,9 @@ import torch
 import torch._dynamo  # here, not inside a timed first call: its import takes seconds
 from torch import nn
 
-from dmls.config.spec import ModelSpec
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.stats import mean_interval, ratio
-from dmls.training.models import build_model
+from dmls.training import models
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +73,7 @@ class BranchyCond(Branchy):
 
 
 def course_cnn(cfg: dict[str, Any]) -> nn.Module:
-    spec = ModelSpec(
-        name="cnn", conv_channels=tuple(cfg["conv_channels"]), fc_hidden=cfg["fc_hidden"],
-        hidden=0, layers=1, dropout=0.0, batch_norm=True, activation="relu",
-    )  # fmt: skip
-    return build_model(spec, INPUT_SHAPE, NUM_CLASSES)
+    return models.course_cnn(INPUT_SHAPE, NUM_CLASSES, cfg["conv_channels"], cfg["fc_hidden"])
 
 
 def _ops(graph: torch.fx.Graph) -> int:

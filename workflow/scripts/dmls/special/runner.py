@@ -1,5 +1,5 @@
 """The studies that are not training runs of the engine: B4 (profiler), C (fused kernel),
-D1–D3 (the written assignment's computable parts).
+D1–D7 (the written assignment's computable parts).
 
 Each study is a function `run(cfg, out_dir, *, data_dir, threads)` in its own module that
 writes its tables and figures into `out_dir` and returns its rows, each with a status (`ok`,
@@ -30,6 +30,7 @@ from dmls.special import (
     graphs,
     lenet_memory,
     profiler,
+    serialization,
     sharding,
     spare_failure,
 )
@@ -46,6 +47,7 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "graphs": graphs.run,
     "collectives": collectives.run,
     "sharding": sharding.run,
+    "serialization": serialization.run,
 }
 SUMMARY_VERSION = 1
 

@@ -140,6 +140,20 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
     ]  # fmt: skip
 
 
+def course_cnn(
+    input_shape: Sequence[int] = (3, 32, 32),
+    num_classes: int = 10,
+    conv_channels: Sequence[int] = (32, 64, 128),
+    fc_hidden: int = 256,
+) -> nn.Module:
+    """The course CNN as the special studies take it (batch norm, ReLU, no dropout)."""
+    spec = ModelSpec(
+        name="cnn", conv_channels=tuple(conv_channels), fc_hidden=fc_hidden, hidden=0,
+        layers=1, dropout=0.0, batch_norm=True, activation="relu",
+    )  # fmt: skip
+    return build_model(spec, input_shape, num_classes)
+
+
 def build_model(spec: ModelSpec, input_shape: Sequence[int], num_classes: int) -> nn.Module:
     """The network a spec names, for data of `input_shape` (C, H, W or F,)."""
     if spec.name == "cnn":
