@@ -7,10 +7,15 @@ CIFAR-10 can't be fetched everywhere, so the A studies train on a SYNTHETIC CIFA
 of the same size (50,000 + 10,000 images): same shapes, same work.
 
     python bench/cpu_preset_time.py [--cores 2] [--samples 2000] [--results results/cpu-estimate]
+        [--also 4 ...] [--reuse]
 
 Prints the measured DAG wall time, the estimate per study and in all, as hours. The estimate
 spreads each run's extra work over --cores as Snakemake packs jobs by their processes; it
-assumes the packing is perfect, so a real DAG can take somewhat longer.
+assumes the packing is perfect, so a real DAG can take somewhat longer. `--also 4` adds what
+the same measurement gives for 4 cores, under the same assumption, and with the measured DAG's
+own wall time shrunk in proportion: derived, not measured (each process keeps the speed it had
+here). `--reuse` takes the runs and the wall time of an earlier run of this script in
+--results instead of running the DAG again.
 """
 
 from __future__ import annotations
@@ -66,7 +71,28 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--results", default="results/cpu-estimate")
+    ap.add_argument("--also", type=int, nargs="*", default=[], help="more core counts (derived)")
+    ap.add_argument("--reuse", action="store_true", help="the runs of an earlier measurement")
     args = ap.parse_args()
+    measured_wall = ROOT / args.results / "measured_wall_s.txt"
+    if args.reuse:
+        wall = float(measured_wall.read_text())
+    else:
+        wall = measure(args)
+        measured_wall.write_text(f"{wall:.1f}\n")
+    print(f"measured DAG ({args.samples} samples, 1 epoch, 1 seed): {wall / 60:.1f} min")
+    for cores in (args.cores, *args.also):
+        extra = extra_by_study(args.results, cores)
+        if cores == args.cores:
+            for study, seconds in extra.items():
+                print(f"  {study:<22} +{seconds / 3600:5.2f} h")
+        total = wall * args.cores / cores + sum(extra.values())
+        how = "estimated" if cores == args.cores else "derived from the same runs"
+        print(f"CPU preset on {cores} cores, {how}: {total / 3600:.1f} h")
+
+
+def measure(args: argparse.Namespace) -> float:
+    """Run the short DAG on --cores; its wall time in seconds."""
     override = Path(args.results) / "estimate.yaml"
     override.parent.mkdir(parents=True, exist_ok=True)
     override.write_text(
@@ -89,24 +115,24 @@ def main() -> None:
     subprocess.run(
         [*command, "--configfile", "config/cpu.yaml", str(override)], cwd=ROOT, check=True
     )
-    wall = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def extra_by_study(results: str, cores: int) -> dict[str, float]:
+    """Per study, the seconds the preset's runs add over the measured ones, on `cores`."""
     extra: dict[str, float] = {}
     for run_id, full in preset_runs().items():
-        path = ROOT / args.results / "runs" / run_id / "metrics.json"
+        path = ROOT / results / "runs" / run_id / "metrics.json"
         record = json.loads(path.read_text())
         if record["status"] != "ok":  # skipped here, and in the preset: no time
             continue
         manifest = json.loads(
-            (ROOT / args.results / "data" / f"{record['spec']['dataset']}.json").read_text()
+            (ROOT / results / "data" / f"{record['spec']['dataset']}.json").read_text()
         )
-        cores = min(args.cores, full.processes)
-        added = extra_seconds(record, full, manifest) * cores / args.cores
+        used = min(cores, full.processes)
+        added = extra_seconds(record, full, manifest) * used / cores
         extra[full.study] = extra.get(full.study, 0.0) + added
-    print(f"measured DAG ({args.samples} samples, 1 epoch, 1 seed): {wall / 60:.1f} min")
-    for study, seconds in extra.items():
-        print(f"  {study:<22} +{seconds / 3600:5.2f} h")
-    total = wall + sum(extra.values())
-    print(f"CPU preset on {args.cores} cores, estimated: {total / 3600:.1f} h")
+    return extra
 
 
 if __name__ == "__main__":
