@@ -126,6 +126,24 @@ rule float32_bytes:
         "../workflow/scripts/run_special_study.py"
 
 
+rule spark_lazy:
+    """D6. Question 4's PySpark program, line by line: jobs, stages, tasks, rows per line."""
+    output:
+        summary=f"{STUDIES_DIR}/spark_lazy/summary.json",
+        lines=f"{STUDIES_DIR}/spark_lazy/lines.csv",
+        plans=f"{STUDIES_DIR}/spark_lazy/plans.txt",
+    log:
+        f"{RESULTS}/logs/studies/spark_lazy.log",
+    conda:
+        "../envs/spark.yaml"
+    threads: 2  # Spark's local[2]
+    params:
+        study="spark_lazy",
+        cfg=config["special_studies"]["spark_lazy"],
+    script:
+        "../workflow/scripts/run_special_study.py"
+
+
 rule serialization:
     """D7. Serialization's pitfalls, run: representation, references, depth, trust."""
     output:

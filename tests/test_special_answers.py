@@ -36,6 +36,7 @@ CASES = {
     "profiler": {"measured"},
     "fused_conv": {"measured"},
     "serialization": {"measured"},
+    "spark_lazy": {"measured"},
 }
 SKIPPED_GPU = {"status": "skipped", "reason": "no CUDA device on this host"}
 
@@ -511,6 +512,86 @@ def test_c_without_cuda_says_why_the_kernel_is_not_measured(tmp_path):
     assert "needs a CUDA GPU" in facts["forward_shallow"]
 
 
+# --------------------------------------------------------------------------- D6
+# What pyspark 4.3.0 measured per action (tests/test_spark_lazy.py runs Spark itself): jobs,
+# stages run, skipped, tasks, rows scanned, the jobs' stages.
+SPARK = {
+    ("no cache", "count()"): (2, 2, 1, 3, "Scan ExistingRDD=3",
+                              "job 0: stage 0 ran 2 task(s); job 1: stage 1 skipped (2 task(s)), "
+                              "stage 2 ran 1 task(s)"),
+    ("no cache", "renamed_df_2nd.collect()"): (1, 1, 0, 2, "Scan ExistingRDD=3",
+                                               "job 2: stage 3 ran 2 task(s)"),
+    ("no cache", "renamed_df.collect()"): (1, 1, 0, 2, "Scan ExistingRDD=3",
+                                           "job 3: stage 4 ran 2 task(s)"),
+    ("cache", "count()"): (3, 3, 1, 5, "InMemoryTableScan=2; Scan ExistingRDD=3",
+                           "job 4: stage 5 ran 2 task(s); job 5: stage 6 ran 2 task(s); "
+                           "job 6: stage 7 skipped (2 task(s)), stage 8 ran 1 task(s)"),
+    ("cache", "renamed_df_2nd.collect()"): (1, 1, 0, 2, "InMemoryTableScan=2; Scan ExistingRDD=0",
+                                            "job 7: stage 9 ran 2 task(s)"),
+    ("cache", "renamed_df.collect()"): (1, 1, 0, 2, "Scan ExistingRDD=3",
+                                        "job 8: stage 10 ran 2 task(s)"),
+}  # fmt: skip
+OPTIMIZED = """== Optimized Logical Plan ==
+Project [Name#4, Age#5L, (Age#5L + 15) AS AgeAfterFiftheenYears#7L]
++- Filter (isnotnull(Age#5L) AND (Age#5L > 26))
+   +- LogicalRDD [Name#4, Age#5L], false
+
+== Physical Plan ==
+"""
+
+
+def spark_summary():
+    """A D6 summary as the study writes it, with the counts measured (SPARK)."""
+    from dmls.special import spark_lazy
+
+    rows = []
+    for variant in spark_lazy.VARIANTS:
+        for line, (code, kind) in enumerate(spark_lazy.program(variant), start=1):
+            measured = next((v for (var, end), v in SPARK.items()
+                             if var == variant and code.endswith(end)), None)  # fmt: skip
+            jobs, run, skipped, tasks, scanned, stages = measured or (0, 0, 0, 0, "", "")
+            rows.append({"variant": variant, "line": line, "code": code, "kind": kind,
+                         "jobs": jobs, "stages_run": run, "stages_skipped": skipped,
+                         "tasks": tasks, "rows_scanned": scanned, "job_stages": stages,
+                         "status": "ok", "reason": None})  # fmt: skip
+    return {
+        "status": "ok",
+        "rows": rows,
+        "plans": {"no cache": {"renamed_df_2nd": OPTIMIZED}},
+        "convert_to_local_relation": {"no cache": {"effective_runs": 0, "runs": 7}},
+        "control": {"status": "ok", "jobs": 0, "stages_run": 0, "stages_skipped": 0, "tasks": 0},
+    }
+
+
+def test_d6_names_the_lines_that_start_jobs_and_what_collect_after_count_recomputes(tmp_path):
+    case, facts = sa.spark_lazy(spark_summary(), tmp_path)
+    assert case == "measured"
+    assert facts["actions"].startswith("renamed_df_2nd.count() 2 jobs (2 stages run, 1 skipped")
+    assert facts["idle"] == "12 lines" and facts["defines"].startswith("createDataFrame of a")
+    assert facts["order"] == "renamed_df_2nd, then renamed_df"
+    assert facts["count_stages"] == "job 0: stage 0 ran; job 1: stage 1 skipped, stage 2 ran"
+    assert facts["again"].startswith("ran the chain again from its source: 1 job")
+    assert facts["cached_again"].startswith("read the cached rows, not the source")
+    assert facts["optimized"] == (
+        "Project [Name, Age, (Age + 15) AS AgeAfterFiftheenYears] over "
+        "Filter (isnotnull(Age) AND (Age > 26)) over LogicalRDD [Name, Age]"
+    )
+    assert facts["folded"] == "ConvertToLocalRelation folded nothing (0 effective runs)"
+    assert facts["control"].startswith("0 jobs")
+
+
+def test_d6_without_spark_answers_not_measured_with_the_command_that_installs_it(tmp_path):
+    from dmls.special import spark_lazy
+
+    reason = spark_lazy.missing_dependencies({"PATH": str(tmp_path)})[-1]
+    summary = {"status": "skipped", "rows": spark_lazy._unmeasured("skipped", reason)}
+    sentences = answer("spark_lazy", summary, tmp_path)
+    assert sentences == [
+        f"Spark's lazy evaluation: not measured here, as it was skipped: {reason}."
+    ]
+    assert "apt-get install openjdk-17-jre-headless" in sentences[0]
+
+
 # --------------------------------------------------------------------------- templates
 @pytest.fixture
 def every_case(lenet, spare, b4, c, tmp_path):
@@ -540,6 +621,7 @@ def every_case(lenet, spare, b4, c, tmp_path):
     add("sharding", {"status": "ok", "rows": shard_rows()}, tmp_path)
     add("profiler", *b4)
     add("fused_conv", *c)
+    add("spark_lazy", spark_summary(), tmp_path)
     d7 = runner.run_study("serialization", {"title": "D7"}, tmp_path / "d7")
     add("serialization", d7, tmp_path / "d7")
     return out

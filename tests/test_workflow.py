@@ -33,12 +33,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
 SPECIAL_STUDIES = [
     "profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes", "graphs",
-    "collectives", "sharding", "serialization",
+    "collectives", "sharding", "spark_lazy", "serialization",
 ]  # fmt: skip
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
     "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",
-    "spare_failure", "float32_bytes", "graphs", "collectives", "sharding", "serialization",
+    "spare_failure", "float32_bytes", "graphs", "collectives", "sharding", "spark_lazy",
+    "serialization",
 )  # fmt: skip
 
 
@@ -118,6 +119,7 @@ def test_a_config_without_training_runs_renders_its_report(tmp_path):
         "  lenet_memory: {enabled: false}\n  spare_failure: {curve_p: [0.05], curve_n: [1, 2]}\n"
         "  graphs: {enabled: false}\n  collectives: {enabled: false}\n"
         "  sharding: {enabled: false}\n  serialization: {enabled: false}\n"
+        "  spark_lazy: {enabled: false}\n"
     )
     out = snakemake(
         "--cores", "2", "--configfile", str(config), "--replace-workflow-config", timeout=300
@@ -439,7 +441,7 @@ VERDICT = re.compile(
     r"faster|slower|heavier|lighter|more accurate|less accurate|within seed noise|the same|"
     r"too few seeds to tell|too few repeats to tell|costlier|within noise|grows|falls|"
     r"flat within noise|overfit|not trained long enough|"
-    r"agree|disagree|exact|not measured|about the same"
+    r"agree|disagree|exact|not measured|about the same|no job|from its source|cached rows"
 )
 
 
@@ -509,6 +511,14 @@ def assert_special_studies(studies: Path) -> None:
     assert memory["parameters"]["model_total"] == memory["parameters"]["closed_form_total"]
     assert all(r["within_ci"] for r in summaries["spare_failure"]["rows"])
     assert summaries["float32_bytes"]["rows"][0]["bits_hex"] == "0x3885005A"
+    # D6 runs Spark for real (CI installs Java and pyspark): the question's count() and the
+    # collect() after it, as tests/test_spark_lazy.py measures them in detail.
+    spark = {(r["variant"], r["code"]): r for r in summaries["spark_lazy"]["rows"]}
+    count = spark["no cache", "row_count_2nd = renamed_df_2nd.count()"]
+    assert (count["jobs"], count["stages_skipped"]) == (2, 1)
+    assert spark["cache", "result_2nd = renamed_df_2nd.collect()"]["rows_scanned"].startswith(
+        "InMemoryTableScan=2"
+    )
     assert {r["part"] for r in summaries["serialization"]["rows"]} == {
         "representation", "references", "depth", "trust"
     }  # fmt: skip

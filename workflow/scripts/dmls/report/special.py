@@ -117,6 +117,26 @@ TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
             None,
         ),
     ],
+    "spark_lazy": [
+        (
+            "Per line of the program, without and with cache() before count(): the jobs it "
+            "started, their stages run and skipped, tasks run, and the rows its scans read",
+            "lines.csv",
+            [
+                "variant",
+                "line",
+                "code",
+                "status",
+                "reason",
+                "jobs",
+                "stages_run",
+                "stages_skipped",
+                "tasks",
+                "rows_scanned",
+                "job_stages",
+            ],
+        ),
+    ],
     "serialization": [
         (
             "Representation: each value through each format, its size, the round trip, what "
@@ -135,6 +155,16 @@ TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
             "Trust: a state_dict through torch.save, and a pickle that runs code when loaded",
             "trust.csv",
             None,
+        ),
+    ],
+}
+# Text files shown as written, as (caption, file): D6's plans.
+TEXTS = {
+    "spark_lazy": [
+        (
+            "Plans: both chains once every line had run (parsed, analyzed, optimized logical, "
+            "physical), then each action's plan as it ran (with AQE, the final plan)",
+            "plans.txt",
         ),
     ],
 }
@@ -183,6 +213,9 @@ IDENTIFIERS = {
     "stage",
     "processes",
     "placement",
+    "variant",
+    "line",
+    "code",
 }
 # Files the report offers for download (inlined), relative to the study's folder.
 DOWNLOADS = {"profiler": "traces/*.json.gz"}
@@ -213,6 +246,11 @@ def load(summary_path: Path) -> dict[str, Any]:
         "notes": summary.get("notes") or [],
         "tables": tables,
         "facts": facts,
+        "texts": [
+            {"caption": caption, "text": (folder / name).read_text()}
+            for caption, name in TEXTS.get(key, [])
+            if (folder / name).exists() and (folder / name).stat().st_size
+        ],
         "figures": sorted(str(p) for p in folder.glob("*.png")),
         "downloads": sorted(str(p) for p in folder.glob(DOWNLOADS.get(key, "-"))),
         "host": summary["host"],

@@ -22,6 +22,7 @@ over the other's (a speed), so > 1 means faster.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -528,6 +529,116 @@ def fused_conv(summary: dict[str, Any], folder: Path) -> Facts:
     }
 
 
+# --------------------------------------------------------------------------- D6
+def spark_lazy(summary: dict[str, Any], folder: Path) -> Facts:
+    """D6: which lines of question 4's program started jobs, in which order the chains ran,
+    what count() and the collect() after it ran without and with cache(), and what the
+    optimizer folded (summary rows: lines.csv)."""
+    rows = finished_rows(summary)
+    if any(r["status"] != OK for r in rows):
+        raise NotMeasured(skip_reason(rows))
+    plain, cached = (
+        [r for r in rows if r["variant"] == variant] for variant in ("no cache", "cache")
+    )
+    if not plain or not cached:
+        raise NotMeasured("the study recorded no line of one of its variants")
+    actions = [r for r in plain if int(r["jobs"])]
+    idle = [r for r in plain if not int(r["jobs"])]
+    defines = [r for r in idle if "createDataFrame" in r["code"]]
+    count = next(r for r in plain if r["code"].endswith(".count()"))
+    collect = next(r for r in plain if r["code"].endswith("renamed_df_2nd.collect()"))
+    cached_count = next(r for r in cached if r["code"].endswith(".count()"))
+    cached_collect = next(r for r in cached if r["code"].endswith("renamed_df_2nd.collect()"))
+    rules = summary.get("convert_to_local_relation") or {}
+    folded = (rules.get("no cache") or {}).get("effective_runs")
+    control = summary.get("control") or {}
+    facts = {
+        "idle": fmt_plural(len(idle), "line"),
+        "defines": (
+            "createDataFrame of a Python list included"
+            if defines and len(defines) == sum("createDataFrame" in r["code"] for r in plain)
+            else "createDataFrame started a job"
+        ),
+        "actions": "; ".join(f"{_call(r)} {_jobs(r)}" for r in actions),
+        "order": ", then ".join(dict.fromkeys(_chain(r) for r in actions if _chain(r))),
+        "count": fmt_plural(int(count["jobs"]), "job"),
+        "count_stages": _stages(count),
+        "optimized": _optimized(summary, "renamed_df_2nd"),
+        "again": _scanned(collect),
+        "cached_count": f"{fmt_plural(int(cached_count['jobs']), 'job')} ({_stages(cached_count)})",
+        "cached_again": _scanned(cached_collect),
+        "folded": (
+            "not measured"
+            if folded is None
+            else f"ConvertToLocalRelation folded nothing ({folded} effective runs)"
+            if not folded
+            else f"ConvertToLocalRelation folded the chain {fmt_plural(folded, 'time')}"
+        ),
+        "control": (
+            _jobs(control) if control.get("status") == OK else not_measured("the control failed")
+        ),
+    }
+    return "measured", facts
+
+
+def _call(row: dict[str, Any]) -> str:
+    """'renamed_df_2nd.count()' of 'row_count_2nd = renamed_df_2nd.count()'."""
+    return row["code"].split("=", 1)[-1].strip()
+
+
+def _chain(row: dict[str, Any]) -> str:
+    return _call(row).split(".", 1)[0]
+
+
+def _jobs(row: dict[str, Any]) -> str:
+    """'2 jobs (2 stages run, 1 skipped, 3 tasks)'."""
+    skipped = int(row["stages_skipped"])
+    return (
+        f"{fmt_plural(int(row['jobs']), 'job')} ({fmt_plural(int(row['stages_run']), 'stage')} "
+        f"run{f', {skipped} skipped' if skipped else ''}, {fmt_plural(int(row['tasks']), 'task')})"
+    )
+
+
+def _stages(row: dict[str, Any]) -> str:
+    """A line's jobs and their stages, without task counts: 'job 0: stage 0 ran; job 1: stage 1
+    skipped, stage 2 ran'."""
+    text = re.sub(r"stage (\d+) ran \d+ task\(s\)", r"stage \1 ran", str(row["job_stages"]))
+    return re.sub(r" \(\d+ task\(s\)\)", "", text)
+
+
+def _scanned(row: dict[str, Any]) -> str:
+    """Whether a line ran its chain from the source again, from what its scans read:
+    'ran the chain again from its source: 1 job (...), Scan ExistingRDD read 3 rows'."""
+    read = {}
+    for item in str(row.get("rows_scanned") or "").split("; "):
+        if "=" in item:
+            name, count = item.rsplit("=", 1)
+            read[name] = int(count)
+    source = sum(n for name, n in read.items() if not name.startswith("InMemory"))
+    cache = sum(n for name, n in read.items() if name.startswith("InMemory"))
+    verdict = (
+        "ran the chain again from its source" if source
+        else "read the cached rows, not the source" if cache
+        else "read nothing"
+    )  # fmt: skip
+    said = ", ".join(f"{name} read {fmt_plural(n, 'row')}" for name, n in read.items())
+    return f"{verdict}: {_jobs(row)}{', ' + said if said else ''}"
+
+
+def _optimized(summary: dict[str, Any], chain: str) -> str:
+    """The optimized logical plan of `chain` (no cache) as one line, operator over operator,
+    without Spark's expression ids: 'Project [...] over Filter (...) over LogicalRDD [...]'."""
+    plan = ((summary.get("plans") or {}).get("no cache") or {}).get(chain)
+    if not plan or "== Optimized Logical Plan ==" not in plan:
+        return not_measured(f"the study recorded no optimized plan of {chain}")
+    section = plan.split("== Optimized Logical Plan ==", 1)[1].split("==", 1)[0]
+    nodes = [
+        re.sub(r"#\d+L?|, false$", "", line.lstrip(" +-:").strip())
+        for line in section.strip().splitlines()
+    ]
+    return " over ".join(n for n in nodes if n)
+
+
 # --------------------------------------------------------------------------- D7
 def serialization(summary: dict[str, Any], folder: Path) -> Facts:
     """D7: one value's bytes per format, what each format refuses or changes, shared references
@@ -632,6 +743,7 @@ SPECIAL_FACTS: dict[str, Callable[[dict[str, Any], Path], Facts]] = {
     "collectives": collectives,
     "sharding": sharding,
     "serialization": serialization,
+    "spark_lazy": spark_lazy,
 }
 
 

@@ -33,6 +33,7 @@ from dmls.special import (
     serialization,
     sharding,
     spare_failure,
+    spark_lazy,
 )
 from dmls.special.kernels import fused_conv_relu
 from dmls.supervisor import slots
@@ -47,6 +48,7 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "graphs": graphs.run,
     "collectives": collectives.run,
     "sharding": sharding.run,
+    "spark_lazy": spark_lazy.run,
     "serialization": serialization.run,
 }
 SUMMARY_VERSION = 1
