@@ -52,6 +52,24 @@ def test_a_difference_within_the_seeds_noise_says_so():
     assert text.endswith(", within seed noise."), text
 
 
+def test_seeds_that_agree_exactly_print_no_interval_and_a_small_ratio_is_about_the_same():
+    """Before: a warm process's GPU memory, the same to the byte in every seed, printed
+    "1.0050× (1.0050–1.0050×; 88.3 vs 87.9 MiB), heavier"."""
+
+    def pair(samples_per_s):
+        same = {"epochs": 3, "spread": (1.0, 1.0, 1.0)}
+        return study(
+            fake_metrics("one", launcher="single", **same),
+            fake_metrics("ddp", launcher="torchrun", nproc_per_node=2,
+                         samples_per_s=samples_per_s, **same),
+        )  # fmt: skip
+
+    [text] = answers.study_answer(A1, pair(1004.0))
+    assert text.endswith("1.00× (1,004 vs 1,000 samples/s; the same in every seed, no "
+                         "interval), about the same."), text  # fmt: skip
+    assert answers.study_answer(A1, pair(1100.0))[0].endswith("no interval), faster.")
+
+
 def test_a_pair_that_differs_in_more_than_the_factor_names_the_difference():
     [text] = answers.study_answer(A1, study(one(), ddp(step="eager")))
     assert "the two also differ in step (eager vs CUDA graph)" in text, text

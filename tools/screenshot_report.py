@@ -1,6 +1,10 @@
 """Open the HTML report in headless Chromium, offline, and save a full-page screenshot.
 
     python tools/screenshot_report.py results/report/report.html results/report/report.png
+    python tools/screenshot_report.py report.html shots/ --section answers parallelism
+
+With --section, saves one picture per section (by its id, at 1,400 px as the reader's test
+reads the page) into the folder given instead of the full page.
 
 Prints the page height and every browser console message; exits 1 when the console logged an
 error or the page did not render. Needs Debian's `chromium` and `chromium-driver`, and selenium
@@ -16,6 +20,7 @@ from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 
 WIDTH = 1280
 
@@ -57,13 +62,33 @@ def screenshot(html: Path, png: Path, chromedriver: str = "/usr/bin/chromedriver
     return facts | {"height": height, "console": console, "screenshot": str(png)}
 
 
+def sections(
+    html: Path, folder: Path, ids: list[str], width: int = 1400,
+    chromedriver: str = "/usr/bin/chromedriver",
+) -> dict[str, str]:  # fmt: skip
+    """One PNG per section id, as it shows at `width` px (collapsed parts collapsed)."""
+    driver = open_browser(chromedriver)
+    saved = {}
+    try:
+        driver.get(Path(html).resolve().as_uri())
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(width, min(height, 16000))
+        folder.mkdir(parents=True, exist_ok=True)
+        for section_id in ids:
+            png = folder / f"screenshot-{section_id}.png"
+            driver.find_element(By.ID, section_id).screenshot(str(png))
+            saved[section_id] = str(png)
+    finally:
+        driver.quit()
+    return saved
+
+
 def filter_all_runs(
     html: Path, filters: dict[str, str], chromedriver: str = "/usr/bin/chromedriver"
 ) -> dict:
     """Type `filters` ({column header: text}) into the all-runs table's filter boxes, as a
     reader would; return the runs left shown ([study, run, status] each), the line under the
     table, and what clearing the boxes shows again."""
-    from selenium.webdriver.common.by import By
 
     driver = open_browser(chromedriver)
     try:
@@ -172,7 +197,12 @@ def main() -> int:
     parser.add_argument("html", type=Path)
     parser.add_argument("png", type=Path)
     parser.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    parser.add_argument("--section", nargs="+", help="section ids: one picture each")
     args = parser.parse_args()
+    if args.section:
+        saved = sections(args.html, args.png, args.section, chromedriver=args.chromedriver)
+        print(json.dumps(saved, indent=2))
+        return 0
     facts = screenshot(args.html, args.png, args.chromedriver)
     print(json.dumps(facts, indent=2))
     errors = [m for m in facts["console"] if m["level"] == "SEVERE"]

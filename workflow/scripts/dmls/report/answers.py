@@ -26,7 +26,7 @@ import csv
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,11 @@ def compare(
         raise NotMeasured(f"{run} or {b_run} did not record {spec.label}")
     how = stats.ratio if spec.kind == "ratio" else stats.difference
     result = how(a, b)
+    # Seeds that agree to the byte (a warm process's GPU memory) leave an interval of zero
+    # width: no interval to print, and no noise to judge a small difference against.
+    identical = result.has_interval and math.isclose(result.low, result.high, rel_tol=1e-9)
+    if identical:
+        result = replace(result, low=None, high=None)
     means = (
         f"{_number(_mean(a, spec), spec)} vs {_number(_mean(b, spec), spec)} {spec.unit}".replace(
             " %", "%"
@@ -166,8 +171,12 @@ def compare(
             f"{signed(100 * result.low)} to {signed(100 * result.high)}"
         )
         too_wide = result.has_interval and 100 * (result.high - result.low) > TOO_WIDE_POINTS
-    alone = "one seed" if metric in record.SEED_METRICS else "the job's one value"
-    inside = f"{interval}; {means}" if interval else f"{means}; {alone}, no interval"
+    alone = (
+        "the same in every seed, no interval" if identical
+        else "one seed, no interval" if metric in record.SEED_METRICS
+        else "the job's one value, no interval"
+    )  # fmt: skip
+    inside = f"{interval}; {means}" if interval else f"{means}; {alone}"
     extra = _also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     if extra:
         inside += f"; the two also differ in {extra}"

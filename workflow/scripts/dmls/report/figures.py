@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from dmls import record
 from dmls.files import save_figure
@@ -153,12 +153,20 @@ def _bars(study: Study, panels: list[tuple[str, str, float]], path: Path) -> Pat
                 text = f" {value:,.0f}" if value >= 1000 else f" {value:.3g}"
                 ax.text(value + np.nan_to_num(error), yi, text, va="center", fontsize=8)
         ax.set_yticks(y, [_tick(study, r) for r in runs] if ax is axes[0] else [])
+        # Few ticks, thousands as "k": five-digit throughputs ran into each other.
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.xaxis.set_major_formatter(FuncFormatter(_thousands))
         ax.invert_yaxis()
         ax.set_xlabel(label)
         ax.grid(axis="x", alpha=0.3)
         ax.margins(x=0.18)
     fig.suptitle(study.title, fontsize=10)
     return _save(fig, path)
+
+
+def _thousands(value: float, _position: int) -> str:
+    """An axis tick: '50k' from 1,000 up, else as it is."""
+    return f"{value / 1000:g}k" if abs(value) >= 1000 else f"{value:g}"
 
 
 def overlay(study: Study, path: Path) -> Path:

@@ -66,6 +66,7 @@ import math
 import shutil
 import socket
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -514,9 +515,10 @@ def _figure(rows: list[dict[str, Any]]):
     ok = [r for r in rows if r["status"] == "ok"]
     device = "cuda" if any(r["device"] == "cuda" for r in ok) else "cpu"
     mine = [r for r in ok if r["device"] == device]
-    fig = new_figure(max(6, 1.1 * len(mine) + 2), 3.8)
+    fig = new_figure(max(6, 1.7 * len(mine) + 2), 3.8)
     ax = fig.subplots()
-    labels = [f"{r['stage']}\nN={r['processes']}" for r in mine]
+    # Wrapped, so that the strategies' long names don't run into each other.
+    labels = [f"{textwrap.fill(r['stage'], 16)}\nN={r['processes']}" for r in mine]
     bottom = [0.0] * len(mine)
     parts = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
              ("optimizer_bytes", "Adam state")]  # fmt: skip
@@ -534,6 +536,7 @@ def _figure(rows: list[dict[str, Any]]):
                    color="red", zorder=3, label="peak, predicted")  # fmt: skip
     ax.set(ylabel="GiB per rank (the largest rank)",
            title=f"Memory per rank by strategy ({device})")  # fmt: skip
+    ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     return fig
