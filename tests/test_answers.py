@@ -93,6 +93,40 @@ def test_a_run_that_did_not_finish_gives_no_number_but_its_reason():
     assert not re.search(r"\d×", text)
 
 
+def test_a_reason_repeated_in_an_answer_is_given_once():
+    texts = {"answer": [
+        {"say": "DDP: {a}; again: {b}.", "compare": {
+            "a": {"run": "ddp", "vs": "one", "metric": "samples_per_s"},
+            "b": {"run": "ddp", "vs": "one", "metric": "test_accuracy"}}},
+        {"say": "Once more: {c}.",
+         "compare": {"c": {"run": "ddp", "vs": "one", "metric": "samples_per_s"}}},
+    ]}  # fmt: skip
+    skipped = fake_metrics("ddp", "skipped", launcher="torchrun", nproc_per_node=2, epochs=3)
+    assert answers.study_answer(texts, study(one(), skipped)) == [
+        "DDP: not measured (ddp skipped: ddp could not run: no CUDA GPU on this host); again: "
+        "not measured (ddp skipped, as above).",
+        "Once more: not measured (ddp skipped, as above).",
+    ]
+
+
+def test_a_special_studys_part_not_measured_for_a_reason_given_before_says_as_above():
+    gpu = "on the GPU not measured here, as it was skipped: no CUDA device on this host"
+    assert answers.said_once([f"Steps: on the CPU 1.2×; {gpu}.", f"First calls: {gpu}."]) == [
+        f"Steps: on the CPU 1.2×; {gpu}.",
+        "First calls: on the GPU not measured here (as above).",
+    ]
+
+
+def test_the_key_table_gives_a_repeated_skip_reason_once():
+    why = "no CUDA GPU on this host"
+    skipped = [fake_metrics(name, "skipped", launcher="torchrun", nproc_per_node=2, epochs=3)
+               | {"reason": why} for name in ("ddp", "ddp_b64")]  # fmt: skip
+    rows = study(one(), *skipped).key_table()["rows"]
+    assert [(r["run"], r["reason"]) for r in rows if r["status"] != "ok"] == [
+        ("ddp", why), ("ddp_b64", "the reason given for ddp")
+    ]  # fmt: skip
+
+
 def test_two_seeds_that_leave_an_interval_too_wide_are_flagged():
     wide = fake_metrics("ddp", launcher="torchrun", nproc_per_node=2, epochs=3,
                         samples_per_s=1620.0, spread=(0.2, 3.0))  # fmt: skip

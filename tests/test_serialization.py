@@ -85,7 +85,7 @@ def test_the_answer_reads_the_study_and_says_where_a_part_failed(d7):
     case, facts = sa.serialization(summary, folder)
     assert case == "measured"
     assert facts["value"] == "0.1" and facts["fixed"] == "8" and facts["json"] == "3"
-    assert "float('nan') is refused by JSON, strict (ValueError: Out of range" in facts["lost"]
+    assert "float('nan') is refused by JSON, strict (ValueError)" in facts["lost"]
     assert (
         facts["cycle"].startswith("pickle identity kept") and "Circular reference" in facts["cycle"]
     )

@@ -358,9 +358,8 @@ def test_a5_without_gpus_gloo_against_nccl_is_not_measured_with_the_reason(tmp_p
         "NCCL on CUDA tensors not measured here, as it was skipped: needs 2 CUDA GPUs"
     )
     assert answer("collectives", summary, tmp_path)[1] == (
-        "Gloo against NCCL at the course CNN's 2.37 MiB gradient: not measured here, as it was "
-        "skipped: needs 2 CUDA GPUs, this host has 0."
-    )
+        "Gloo against NCCL at the course CNN's 2.37 MiB gradient: not measured here (as above)."
+    )  # the reason is in the sentence before
 
 
 # --------------------------------------------------------------------------- D4
@@ -566,11 +565,16 @@ def spark_summary():
 def test_d6_names_the_lines_that_start_jobs_and_what_collect_after_count_recomputes(tmp_path):
     case, facts = sa.spark_lazy(spark_summary(), tmp_path)
     assert case == "measured"
-    assert facts["actions"].startswith("renamed_df_2nd.count() 2 jobs (2 stages run, 1 skipped")
+    assert facts["actions"] == (
+        "renamed_df_2nd.count(): 2 jobs; renamed_df_2nd.collect(): 1 job; renamed_df.collect(): "
+        "1 job"
+    )
     assert facts["idle"] == "12 lines" and facts["defines"].startswith("createDataFrame of a")
     assert facts["order"] == "renamed_df_2nd, then renamed_df"
     assert facts["count_stages"] == "job 0: stage 0 ran; job 1: stage 1 skipped, stage 2 ran"
-    assert facts["again"].startswith("ran the chain again from its source: 1 job")
+    assert facts["again"] == (
+        "ran the chain again from its source (1 job: Scan ExistingRDD read 3 rows)"
+    )
     assert facts["cached_again"].startswith("read the cached rows, not the source")
     assert facts["optimized"] == (
         "Project [Name, Age, (Age + 15) AS AgeAfterFiftheenYears] over "

@@ -380,7 +380,33 @@ def study_answer(
     study's `factor`, what its runs may differ in) filled from `study`'s runs (and `other`'s,
     the study it is compared with; `sweep`, the collectives sweep's table, where it ran)."""
     factor = texts.get("factor") or []
-    return [sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []]
+    return said_once([sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []])
+
+
+# "not measured (nccl_b32 skipped: backend 'nccl' runs on CUDA devices only)": who, then why.
+_NOT_MEASURED = re.compile(
+    r"not measured \((?P<who>[^():]+): (?P<why>[^()]*(?:\([^()]*\)[^()]*)*)\)"
+)
+
+
+# "not measured here, as it was skipped: no CUDA device on this host" (special studies).
+_NOT_MEASURED_HERE = re.compile(r"not measured here, as (?P<why>.+?)(?=; |\. |\.?$)")
+
+
+def said_once(sentences: list[str]) -> list[str]:
+    """An answer's sentences with each not-measured reason given in full once: a later run
+    skipped for the same reason says "(nccl_b128 skipped, as above)", a later part of a
+    special study "not measured here (as above)"."""
+    seen: set[str] = set()
+
+    def once(match: re.Match) -> str:
+        if match["why"] in seen:
+            who = match.groupdict().get("who")
+            return f"not measured ({who}, as above)" if who else "not measured here (as above)"
+        seen.add(match["why"])
+        return match[0]
+
+    return [_NOT_MEASURED_HERE.sub(once, _NOT_MEASURED.sub(once, s)) for s in sentences]
 
 
 def _label(study: Study, metric: str) -> str:

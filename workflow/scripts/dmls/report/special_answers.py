@@ -37,6 +37,7 @@ from dmls.report.answers import (
     finished_rows,
     not_measured,
     read_csv_rows,
+    said_once,
     skip_reason,
     speed,
     status_verb,
@@ -559,13 +560,13 @@ def spark_lazy(summary: dict[str, Any], folder: Path) -> Facts:
             if defines and len(defines) == sum("createDataFrame" in r["code"] for r in plain)
             else "createDataFrame started a job"
         ),
-        "actions": "; ".join(f"{_call(r)} {_jobs(r)}" for r in actions),
+        "actions": "; ".join(f"{_call(r)}: {fmt_plural(int(r['jobs']), 'job')}" for r in actions),
         "order": ", then ".join(dict.fromkeys(_chain(r) for r in actions if _chain(r))),
         "count": fmt_plural(int(count["jobs"]), "job"),
         "count_stages": _stages(count),
         "optimized": _optimized(summary, "renamed_df_2nd"),
         "again": _scanned(collect),
-        "cached_count": f"{fmt_plural(int(cached_count['jobs']), 'job')} ({_stages(cached_count)})",
+        "cached_count": fmt_plural(int(cached_count["jobs"]), "job"),
         "cached_again": _scanned(cached_collect),
         "folded": (
             "not measured"
@@ -575,7 +576,9 @@ def spark_lazy(summary: dict[str, Any], folder: Path) -> Facts:
             else f"ConvertToLocalRelation folded the chain {fmt_plural(folded, 'time')}"
         ),
         "control": (
-            _jobs(control) if control.get("status") == OK else not_measured("the control failed")
+            fmt_plural(int(control["jobs"]), "job")
+            if control.get("status") == OK
+            else not_measured("the control failed")
         ),
     }
     return "measured", facts
@@ -588,15 +591,6 @@ def _call(row: dict[str, Any]) -> str:
 
 def _chain(row: dict[str, Any]) -> str:
     return _call(row).split(".", 1)[0]
-
-
-def _jobs(row: dict[str, Any]) -> str:
-    """'2 jobs (2 stages run, 1 skipped, 3 tasks)'."""
-    skipped = int(row["stages_skipped"])
-    return (
-        f"{fmt_plural(int(row['jobs']), 'job')} ({fmt_plural(int(row['stages_run']), 'stage')} "
-        f"run{f', {skipped} skipped' if skipped else ''}, {fmt_plural(int(row['tasks']), 'task')})"
-    )
 
 
 def _stages(row: dict[str, Any]) -> str:
@@ -622,7 +616,7 @@ def _scanned(row: dict[str, Any]) -> str:
         else "read nothing"
     )  # fmt: skip
     said = ", ".join(f"{name} read {fmt_plural(n, 'row')}" for name, n in read.items())
-    return f"{verdict}: {_jobs(row)}{', ' + said if said else ''}"
+    return f"{verdict} ({fmt_plural(int(row['jobs']), 'job')}{': ' + said if said else ''})"
 
 
 def _optimized(summary: dict[str, Any], chain: str) -> str:
@@ -680,10 +674,10 @@ def _representation(rows: list[dict[str, Any]]) -> dict[str, str]:
         said = []
         if refused:
             formats = " and ".join(dict.fromkeys(r["format"] for r in refused))
-            said.append(f"refused by {formats} ({refused[0]['error']})")
+            said.append(f"is refused by {formats} ({refused[0]['error'].split(':')[0]})")
         said += [f"comes back as {r['read_back']} ({r['format']})" for r in changed]
         if said:
-            lost.append(f"{value} is {' and '.join(said)}")
+            lost.append(f"{value} {' and '.join(said)}")
     return {
         "value": first,
         "fixed": " and ".join(f"{b:,}" for b in sorted(fixed)),
@@ -767,7 +761,7 @@ def special_answer(entry: Any, summary: dict[str, Any], folder: Path) -> list[st
         text = _sentence(e, summary, Path(folder), computed)
         if not sentences or sentences[-1] != text:
             sentences.append(text)
-    return sentences
+    return said_once(sentences)
 
 
 def _sentence(

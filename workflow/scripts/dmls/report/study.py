@@ -202,8 +202,8 @@ class Study:
         ]
         shared = {
             "host": "each job had the host to itself",
-            "devices": "jobs beside others on other cores and GPUs (the CPU package shared)",
-            "none": "host shared with other jobs: timings not comparable",
+            "devices": "beside other jobs on other cores and GPUs (the CPU package shared)",
+            "none": "on a shared host: timings not comparable",
         }
         return {
             "data": each([d.get("name") for d in data]),
@@ -229,8 +229,18 @@ class Study:
         return [(c, headers[c]) for c in columns]
 
     def key_table(self) -> dict[str, Any]:
-        """`results_table` with the key columns only."""
-        return self.results_table(self.key_columns)
+        """`results_table` with the key columns only; a run skipped for the reason of a run
+        above it says so instead of repeating it (the full table repeats every reason)."""
+        table = self.results_table(self.key_columns)
+        first: dict[str, str] = {}
+        for row in table["rows"]:
+            if row["status"] == OK or not row["reason"]:
+                continue
+            if row["reason"] in first:
+                row["reason"] = f"the reason given for {first[row['reason']]}"
+            else:
+                first[row["reason"]] = row["run"]
+        return table
 
     def settings_table(self) -> dict[str, Any]:
         """What was run: one row per run, one column per setting that varies, and the step each

@@ -370,11 +370,12 @@ def _torch_bytes(obj: Any) -> bytes:
 
 
 def _unsupported(exc: BaseException) -> str:
-    """torch.load's refusal: its first sentence and the line naming the global it refused."""
+    """torch.load's refusal: the line naming the global it refused, else its first sentence."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     named = next((line for line in lines if "GLOBAL" in line), None)
-    first = lines[0].split(". ")[0] + "." if lines else ""
-    return f"{type(exc).__name__}: {first}" + (f" {named}" if named else "")
+    if named:  # "Trying to load unsupported GLOBAL posix.mkdir whose module posix is blocked."
+        return f"{type(exc).__name__}: {named.removeprefix('Trying to load ').rstrip('.')}"
+    return f"{type(exc).__name__}: {lines[0].split('. ')[0] if lines else ''}"
 
 
 def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
