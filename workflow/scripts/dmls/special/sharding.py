@@ -518,7 +518,9 @@ def _figure(rows: list[dict[str, Any]]):
     fig = new_figure(max(6, 1.7 * len(mine) + 2), 3.8)
     ax = fig.subplots()
     # Wrapped, so that the strategies' long names don't run into each other.
-    labels = [f"{textwrap.fill(r['stage'], 16)}\nN={r['processes']}" for r in mine]
+    labels = [
+        f"{textwrap.fill(r['stage'], 16, break_long_words=False)}\nN={r['processes']}" for r in mine
+    ]
     bottom = [0.0] * len(mine)
     parts = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
              ("optimizer_bytes", "Adam state")]  # fmt: skip
