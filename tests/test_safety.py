@@ -36,9 +36,15 @@ def _keyword(call: ast.Call, name: str):
 
 
 def unsafe_calls(source: str) -> list[str]:
-    """Calls that run strings as code, hand them to a shell, or unpickle arbitrary objects."""
+    """Calls that run strings as code, hand them to a shell, or unpickle arbitrary objects; and
+    such a function handed on uncalled (`load = pickle.loads`), which calls it elsewhere."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    callees = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    for node in ast.walk(tree):
+        handed_on = isinstance(node, ast.Attribute | ast.Name) and id(node) not in callees
+        if handed_on and (name := _name(node)) in RUNS_CODE:
+            found.append(f"line {node.lineno}: {name}, handed on")
         if not isinstance(node, ast.Call):
             continue
         name = _name(node.func)
@@ -68,6 +74,9 @@ def test_the_checkers_catch_what_they_look_for():
         "torch.load(p); torch.load(p, weights_only=False); np.load(p)\n"
     )
     assert len(unsafe_calls(bad)) == 7
+    assert unsafe_calls("import pickle\nload = pickle.loads\n") == [
+        "line 2: pickle.loads, handed on"
+    ]
     rule = 'rule r:\n    shell:\n        "train {params.spec} {output:q} {{literal}}"\n'
     assert unquoted_shell_values(rule) == ["{params.spec}"]
 
@@ -76,9 +85,23 @@ def problems(paths: list[Path], check) -> dict[str, list[str]]:
     return {str(p.relative_to(ROOT)): found for p in paths if (found := check(p.read_text()))}
 
 
+# Deliberate, with the reason: D7 shows what unpickling does, on bytes it has just pickled
+# itself (never a file), the payload's only effect an empty directory it removes again.
+ALLOWED = {"workflow/scripts/dmls/special/serialization.py": {"pickle.loads"}}
+
+
 def test_pipeline_code_evaluates_nothing_and_uses_no_shell():
     assert ROOT / "workflow" / "scripts" / "dmls" / "supervisor" / "supervise.py" in SOURCES
-    assert problems(SOURCES, unsafe_calls) == {}
+    found = problems(SOURCES, unsafe_calls)
+    allowed = {
+        path: [f for f in lines if f.split(": ")[1].split(",")[0] not in ALLOWED.get(path, ())]
+        for path, lines in found.items()
+    }
+    assert {path: lines for path, lines in allowed.items() if lines} == {}
+    # What is allowed is used (an entry that no longer matches anything goes).
+    assert {p: {f.split(": ")[1].split(",")[0] for f in found.get(p, [])} for p in ALLOWED} == (
+        ALLOWED
+    )
 
 
 class RunsCode:

@@ -44,6 +44,12 @@ def counts(row):
     return row["jobs"], row["stages_run"], row["stages_skipped"]
 
 
+def test_every_line_runs_as_a_function_not_as_its_source_text():
+    lines = {code for variant in spark_lazy.VARIANTS for code, _ in spark_lazy.program(variant)}
+    assert set(spark_lazy.STEPS) == lines | {spark_lazy.CONTROL}
+    assert spark_lazy.CONTROL_SQL in spark_lazy.CONTROL  # the control's text is what it runs
+
+
 def test_defining_dataframes_starts_no_job_and_each_action_runs_the_chain_from_its_source(d6):
     result, _ = d6
     rows = lines(result, "no cache")

@@ -441,7 +441,8 @@ VERDICT = re.compile(
     r"faster|slower|heavier|lighter|more accurate|less accurate|within seed noise|the same|"
     r"too few seeds to tell|too few repeats to tell|costlier|within noise|grows|falls|"
     r"flat within noise|overfit|not trained long enough|"
-    r"agree|disagree|exact|not measured|about the same|no job|from its source|cached rows"
+    r"agree|disagree|exact|not measured|about the same|no job|from its source|cached rows|"
+    r"refused|identity kept"
 )
 
 

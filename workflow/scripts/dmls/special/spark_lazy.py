@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,49 @@ CONTROL = (
     "spark.sql(\"SELECT Name, Age, Age + 15 AS AgeAfterFiftheenYears FROM VALUES ('James', 28), "
     "('Josh', 32), ('Sarah', 21) AS t(Name, Age) WHERE Age > 26\").collect()"
 )
+CONTROL_SQL = (
+    "SELECT Name, Age, Age + 15 AS AgeAfterFiftheenYears FROM VALUES ('James', 28), "
+    "('Josh', 32), ('Sarah', 21) AS t(Name, Age) WHERE Age > 26"
+)
+# What each line does, as a function of the namespace the lines share, keyed by the line's text
+# (tests/test_spark_lazy.py checks that every line has one): no source text is executed.
+STEPS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    'data = [("Alice", 25), ("Bob", 30), ("Cathy", 27)]':
+        lambda ns: ns.update(data=[("Alice", 25), ("Bob", 30), ("Cathy", 27)]),
+    'columns = ["Name", "Age"]': lambda ns: ns.update(columns=["Name", "Age"]),
+    "df = spark.createDataFrame(data, columns)":
+        lambda ns: ns.update(df=ns["spark"].createDataFrame(ns["data"], ns["columns"])),
+    "filtered_df = df.filter(df.Age > 26)":
+        lambda ns: ns.update(filtered_df=ns["df"].filter(ns["df"].Age > 26)),
+    'transformed_df = filtered_df.withColumn("AgeIn5Years", filtered_df.Age + 5)':
+        lambda ns: ns.update(transformed_df=ns["filtered_df"].withColumn(
+            "AgeIn5Years", ns["filtered_df"].Age + 5)),
+    'renamed_df = transformed_df.withColumnRenamed("AgeIn5Years", "AgeAfterFiveYears")':
+        lambda ns: ns.update(renamed_df=ns["transformed_df"].withColumnRenamed(
+            "AgeIn5Years", "AgeAfterFiveYears")),
+    'data_2nd = [("James", 28), ("Josh", 32), ("Sarah", 21)]':
+        lambda ns: ns.update(data_2nd=[("James", 28), ("Josh", 32), ("Sarah", 21)]),
+    'columns_2nd = ["Name", "Age"]': lambda ns: ns.update(columns_2nd=["Name", "Age"]),
+    "df_2nd = spark.createDataFrame(data_2nd, columns_2nd)":
+        lambda ns: ns.update(df_2nd=ns["spark"].createDataFrame(ns["data_2nd"],
+                                                                ns["columns_2nd"])),
+    "filtered_df_2nd = df_2nd.filter(df_2nd.Age > 26)":
+        lambda ns: ns.update(filtered_df_2nd=ns["df_2nd"].filter(ns["df_2nd"].Age > 26)),
+    'transformed_df_2nd = filtered_df_2nd.withColumn("AgeIn15Years", filtered_df_2nd.Age + 15)':
+        lambda ns: ns.update(transformed_df_2nd=ns["filtered_df_2nd"].withColumn(
+            "AgeIn15Years", ns["filtered_df_2nd"].Age + 15)),
+    'renamed_df_2nd = transformed_df_2nd.withColumnRenamed("AgeIn15Years", '
+    '"AgeAfterFiftheenYears")':
+        lambda ns: ns.update(renamed_df_2nd=ns["transformed_df_2nd"].withColumnRenamed(
+            "AgeIn15Years", "AgeAfterFiftheenYears")),
+    "row_count_2nd = renamed_df_2nd.count()":
+        lambda ns: ns.update(row_count_2nd=ns["renamed_df_2nd"].count()),
+    "result_2nd = renamed_df_2nd.collect()":
+        lambda ns: ns.update(result_2nd=ns["renamed_df_2nd"].collect()),
+    "result = renamed_df.collect()": lambda ns: ns.update(result=ns["renamed_df"].collect()),
+    "renamed_df_2nd.cache()": lambda ns: ns["renamed_df_2nd"].cache(),
+    CONTROL: lambda ns: ns["spark"].sql(CONTROL_SQL).collect(),
+}  # fmt: skip
 RULE = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
 COLUMNS = (
     "variant", "line", "code", "kind", "jobs", "job_ids", "stages_run", "stages_skipped",
@@ -277,13 +320,13 @@ def run_line(
 ) -> dict[str, Any]:
     """Run one line of the program in job group `group` and say what it started.
 
-    The line is executed from its text, so the text recorded is the code run; its jobs are the
-    group's, its executions those the SQL store gained while it ran."""
+    The line runs as its STEPS function; its jobs are the group's, its executions those the SQL
+    store gained while it ran."""
     spark.sparkContext.setJobGroup(group, code)
     stores.settle()
     executions_before = stores.execution_ids()
     start = time.perf_counter()
-    exec(code, namespace)
+    STEPS[code](namespace)
     seconds = time.perf_counter() - start
     stores.settle()
     jobs = stores.jobs(group)
