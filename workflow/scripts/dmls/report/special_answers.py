@@ -569,7 +569,7 @@ def spark_lazy(summary: dict[str, Any], folder: Path) -> Facts:
         "cached_count": fmt_plural(int(cached_count["jobs"]), "job"),
         "cached_again": _scanned(cached_collect),
         "folded": (
-            "not measured"
+            not_measured("the study recorded no rule counts")
             if folded is None
             else f"ConvertToLocalRelation folded nothing ({folded} effective runs)"
             if not folded
@@ -647,13 +647,16 @@ def serialization(summary: dict[str, Any], folder: Path) -> Facts:
         return summary.get(name) or read_csv_rows(folder / f"{name}.csv")
 
     facts: dict[str, str] = {}
-    for keys, fill in (
-        (("value", "fixed", "pickle", "json", "misread", "lost"), _representation),
-        (("shared", "cycle"), _references),
-        (("depth",), _depth),
-        (("state_dict", "hostile"), _trust),
+    for name, keys, fill in (
+        (
+            "representation",
+            ("value", "fixed", "pickle", "json", "misread", "lost"),
+            _representation,
+        ),
+        ("references", ("shared", "cycle"), _references),
+        ("depth", ("depth",), _depth),
+        ("trust", ("state_dict", "hostile"), _trust),
     ):
-        name = fill.__name__.strip("_")
         try:
             facts |= fill(part(name))
         except NotMeasured as e:
@@ -663,14 +666,17 @@ def serialization(summary: dict[str, Any], folder: Path) -> Facts:
 
 def _representation(rows: list[dict[str, Any]]) -> dict[str, str]:
     first = rows[0]["value"]
-    mine = {(r["format"], r["code"]): r for r in rows if r["value"] == first}
-    by_format = {r["format"]: r for r in reversed(list(mine.values()))}
-    fixed = {int(r["bytes"]) for r in mine.values() if r["format"] in ("struct", "numpy")}
+    by_format: dict[str, dict[str, Any]] = {}  # the first value's first row of each format
+    for r in rows:
+        if r["value"] == first:
+            by_format.setdefault(r["format"], r)
+    fixed = {int(r["bytes"]) for r in rows if r["value"] == first and r["format"] in (
+        "struct", "numpy")}  # fmt: skip
     lost = []
     for value in dict.fromkeys(r["value"] for r in rows):
-        mine_rows = [r for r in rows if r["value"] == value]
-        refused = [r for r in mine_rows if r["round_trip"] == "refused"]
-        changed = [r for r in mine_rows if r["round_trip"] == "changed"]
+        of_value = [r for r in rows if r["value"] == value]
+        refused = [r for r in of_value if r["round_trip"] == "refused"]
+        changed = [r for r in of_value if r["round_trip"] == "changed"]
         said = []
         if refused:
             formats = " and ".join(dict.fromkeys(r["format"] for r in refused))

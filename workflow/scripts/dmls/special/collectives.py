@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from dmls.comm import DDP_BUCKET_BYTES, latency_at
 from dmls.files import new_figure, save_figure, write_csv
-from dmls.special import ranks
+from dmls.special import error_line, ranks
 from dmls.supervisor.processes import as_rank
 from dmls.supervisor.slurm import SrunTask
 from dmls.training.models import course_cnn
@@ -137,8 +137,7 @@ def _time_every_op(rank: int, world: int, backend: str, device_type: str, cfg: d
                     seconds = _time_op(op, size, world, device, cfg)
                     results.append({"op": op, "size_bytes": size, "seconds": seconds})
             except (NotImplementedError, RuntimeError) as e:  # a collective the backend lacks
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                results.append({"op": op, "error": f"{type(e).__name__}: {first}"})
+                results.append({"op": op, "error": error_line(e)})
     finally:
         dist.destroy_process_group()
     if rank == 0:

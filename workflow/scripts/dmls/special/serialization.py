@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dmls.files import write_csv
+from dmls.special import error_line
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +70,6 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and math.isnan(a):
         return math.isnan(b)
     return a == b
-
-
-def _error(exc: BaseException) -> str:
-    """The exception as a reader sees it: its type and first line."""
-    text = str(exc).strip().splitlines()
-    kind = type(exc)
-    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
-    return f"{name}: {text[0] if text else ''}".rstrip(": ")
 
 
 def _codecs(value: Any) -> list[tuple[str, str, Callable, Callable, Callable | None]]:
@@ -147,7 +140,7 @@ def representation(values: list[Any]) -> list[dict[str, Any]]:
             try:
                 data = write(value)
             except (ValueError, OverflowError, struct.error) as e:
-                rows.append(row | {"round_trip": "refused", "error": _error(e)})
+                rows.append(row | {"round_trip": "refused", "error": error_line(e, qualified=True)})
                 continue
             back = read(data)
             exact = _same(value, back)
@@ -192,7 +185,7 @@ def references(payload_floats: int = 1000) -> list[dict[str, Any]]:
             try:
                 data = write(obj)
             except (ValueError, RecursionError) as e:
-                rows.append(row | {"round_trip": "refused", "error": _error(e)})
+                rows.append(row | {"round_trip": "refused", "error": error_line(e, qualified=True)})
                 continue
             back = read(data)
             kept = identical(back)
@@ -392,7 +385,7 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
             parts[name] = make()
         except Exception as e:  # a part that fails is recorded; the others stand
             log.exception("D7: %s failed", name)
-            rows.append({"part": name, "status": "failed", "reason": _error(e)})
+            rows.append({"part": name, "status": "failed", "reason": error_line(e, qualified=True)})
             continue
         write_csv(out_dir / f"{name}.csv", parts[name], list(columns))
         rows.append({"part": name, "status": "ok", "reason": None})

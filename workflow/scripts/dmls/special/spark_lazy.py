@@ -31,9 +31,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dmls.files import atomic_write, write_csv
+from dmls.special import error_line
 
 log = logging.getLogger(__name__)
 
@@ -45,92 +46,82 @@ LOOPBACK = "127.0.0.1"
 FIX_PYSPARK = f"pip install pyspark=={PYSPARK_VERSION}, or use the rule's conda env envs/spark.yaml"
 FIX_JAVA = "apt-get install openjdk-17-jre-headless, or use the rule's conda env envs/spark.yaml"
 
-# The question's program, line by line, with what each line is: plain Python ("local"), a
-# definition Spark records without running anything ("transformation"), or an action.
-PROGRAM: tuple[tuple[str, str], ...] = (
-    ('data = [("Alice", 25), ("Bob", 30), ("Cathy", 27)]', "local"),
-    ('columns = ["Name", "Age"]', "local"),
-    ("df = spark.createDataFrame(data, columns)", "transformation"),
-    ("filtered_df = df.filter(df.Age > 26)", "transformation"),
-    (
-        'transformed_df = filtered_df.withColumn("AgeIn5Years", filtered_df.Age + 5)',
-        "transformation",
-    ),
-    (
-        'renamed_df = transformed_df.withColumnRenamed("AgeIn5Years", "AgeAfterFiveYears")',
-        "transformation",
-    ),
-    ('data_2nd = [("James", 28), ("Josh", 32), ("Sarah", 21)]', "local"),
-    ('columns_2nd = ["Name", "Age"]', "local"),
-    ("df_2nd = spark.createDataFrame(data_2nd, columns_2nd)", "transformation"),
-    ("filtered_df_2nd = df_2nd.filter(df_2nd.Age > 26)", "transformation"),
-    (
-        'transformed_df_2nd = filtered_df_2nd.withColumn("AgeIn15Years", filtered_df_2nd.Age + 15)',
-        "transformation",
-    ),
-    (
-        "renamed_df_2nd = transformed_df_2nd.withColumnRenamed("
-        '"AgeIn15Years", "AgeAfterFiftheenYears")',
-        "transformation",
-    ),
-    ("row_count_2nd = renamed_df_2nd.count()", "action"),
-    ("result_2nd = renamed_df_2nd.collect()", "action"),
-    ("result = renamed_df.collect()", "action"),
-)
+
+class Line(NamedTuple):
+    """A line of the program: its text, what it is (plain Python "local", a definition Spark
+    records without running anything "transformation", or an "action"), and what it does, as a
+    function of the namespace the lines share: no source text is executed."""
+
+    code: str
+    kind: str
+    step: Callable[[dict[str, Any]], Any]
+
+
+def _assign(name: str, value: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    """The step of `name = <value>`."""
+    return lambda ns: ns.update({name: value(ns)})
+
+
+# The question's program, line by line.
+LINES: tuple[Line, ...] = (
+    Line('data = [("Alice", 25), ("Bob", 30), ("Cathy", 27)]', "local",
+         _assign("data", lambda ns: [("Alice", 25), ("Bob", 30), ("Cathy", 27)])),
+    Line('columns = ["Name", "Age"]', "local", _assign("columns", lambda ns: ["Name", "Age"])),
+    Line("df = spark.createDataFrame(data, columns)", "transformation",
+         _assign("df", lambda ns: ns["spark"].createDataFrame(ns["data"], ns["columns"]))),
+    Line("filtered_df = df.filter(df.Age > 26)", "transformation",
+         _assign("filtered_df", lambda ns: ns["df"].filter(ns["df"].Age > 26))),
+    Line('transformed_df = filtered_df.withColumn("AgeIn5Years", filtered_df.Age + 5)',
+         "transformation",
+         _assign("transformed_df", lambda ns: ns["filtered_df"].withColumn(
+             "AgeIn5Years", ns["filtered_df"].Age + 5))),
+    Line('renamed_df = transformed_df.withColumnRenamed("AgeIn5Years", "AgeAfterFiveYears")',
+         "transformation",
+         _assign("renamed_df", lambda ns: ns["transformed_df"].withColumnRenamed(
+             "AgeIn5Years", "AgeAfterFiveYears"))),
+    Line('data_2nd = [("James", 28), ("Josh", 32), ("Sarah", 21)]', "local",
+         _assign("data_2nd", lambda ns: [("James", 28), ("Josh", 32), ("Sarah", 21)])),
+    Line('columns_2nd = ["Name", "Age"]', "local",
+         _assign("columns_2nd", lambda ns: ["Name", "Age"])),
+    Line("df_2nd = spark.createDataFrame(data_2nd, columns_2nd)", "transformation",
+         _assign("df_2nd", lambda ns: ns["spark"].createDataFrame(ns["data_2nd"],
+                                                                  ns["columns_2nd"]))),
+    Line("filtered_df_2nd = df_2nd.filter(df_2nd.Age > 26)", "transformation",
+         _assign("filtered_df_2nd", lambda ns: ns["df_2nd"].filter(ns["df_2nd"].Age > 26))),
+    Line('transformed_df_2nd = filtered_df_2nd.withColumn("AgeIn15Years", '
+         'filtered_df_2nd.Age + 15)', "transformation",
+         _assign("transformed_df_2nd", lambda ns: ns["filtered_df_2nd"].withColumn(
+             "AgeIn15Years", ns["filtered_df_2nd"].Age + 15))),
+    Line('renamed_df_2nd = transformed_df_2nd.withColumnRenamed("AgeIn15Years", '
+         '"AgeAfterFiftheenYears")', "transformation",
+         _assign("renamed_df_2nd", lambda ns: ns["transformed_df_2nd"].withColumnRenamed(
+             "AgeIn15Years", "AgeAfterFiftheenYears"))),
+    Line("row_count_2nd = renamed_df_2nd.count()", "action",
+         _assign("row_count_2nd", lambda ns: ns["renamed_df_2nd"].count())),
+    Line("result_2nd = renamed_df_2nd.collect()", "action",
+         _assign("result_2nd", lambda ns: ns["renamed_df_2nd"].collect())),
+    Line("result = renamed_df.collect()", "action",
+         _assign("result", lambda ns: ns["renamed_df"].collect())),
+)  # fmt: skip
+PROGRAM: tuple[tuple[str, str], ...] = tuple((line.code, line.kind) for line in LINES)
 # The second variant marks the chain for caching right before its first action; cache() only
 # registers the plan with the cache manager (no job: measured).
-CACHE_LINE = ("renamed_df_2nd.cache()", "transformation")
+CACHE = Line("renamed_df_2nd.cache()", "transformation", lambda ns: ns["renamed_df_2nd"].cache())
+CACHE_LINE = (CACHE.code, CACHE.kind)
 VARIANTS = ("no cache", "cache")
 CHAINS = ("renamed_df", "renamed_df_2nd")
 # The second chain's filter and projection over a LocalRelation (SQL VALUES), which
 # ConvertToLocalRelation can fold.
-CONTROL = (
-    "spark.sql(\"SELECT Name, Age, Age + 15 AS AgeAfterFiftheenYears FROM VALUES ('James', 28), "
-    "('Josh', 32), ('Sarah', 21) AS t(Name, Age) WHERE Age > 26\").collect()"
-)
 CONTROL_SQL = (
     "SELECT Name, Age, Age + 15 AS AgeAfterFiftheenYears FROM VALUES ('James', 28), "
     "('Josh', 32), ('Sarah', 21) AS t(Name, Age) WHERE Age > 26"
 )
-# What each line does, as a function of the namespace the lines share, keyed by the line's text
-# (tests/test_spark_lazy.py checks that every line has one): no source text is executed.
+CONTROL = f'spark.sql("{CONTROL_SQL}").collect()'
+# Each line's step, by its text (tests/test_spark_lazy.py checks that every line has one).
 STEPS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    'data = [("Alice", 25), ("Bob", 30), ("Cathy", 27)]':
-        lambda ns: ns.update(data=[("Alice", 25), ("Bob", 30), ("Cathy", 27)]),
-    'columns = ["Name", "Age"]': lambda ns: ns.update(columns=["Name", "Age"]),
-    "df = spark.createDataFrame(data, columns)":
-        lambda ns: ns.update(df=ns["spark"].createDataFrame(ns["data"], ns["columns"])),
-    "filtered_df = df.filter(df.Age > 26)":
-        lambda ns: ns.update(filtered_df=ns["df"].filter(ns["df"].Age > 26)),
-    'transformed_df = filtered_df.withColumn("AgeIn5Years", filtered_df.Age + 5)':
-        lambda ns: ns.update(transformed_df=ns["filtered_df"].withColumn(
-            "AgeIn5Years", ns["filtered_df"].Age + 5)),
-    'renamed_df = transformed_df.withColumnRenamed("AgeIn5Years", "AgeAfterFiveYears")':
-        lambda ns: ns.update(renamed_df=ns["transformed_df"].withColumnRenamed(
-            "AgeIn5Years", "AgeAfterFiveYears")),
-    'data_2nd = [("James", 28), ("Josh", 32), ("Sarah", 21)]':
-        lambda ns: ns.update(data_2nd=[("James", 28), ("Josh", 32), ("Sarah", 21)]),
-    'columns_2nd = ["Name", "Age"]': lambda ns: ns.update(columns_2nd=["Name", "Age"]),
-    "df_2nd = spark.createDataFrame(data_2nd, columns_2nd)":
-        lambda ns: ns.update(df_2nd=ns["spark"].createDataFrame(ns["data_2nd"],
-                                                                ns["columns_2nd"])),
-    "filtered_df_2nd = df_2nd.filter(df_2nd.Age > 26)":
-        lambda ns: ns.update(filtered_df_2nd=ns["df_2nd"].filter(ns["df_2nd"].Age > 26)),
-    'transformed_df_2nd = filtered_df_2nd.withColumn("AgeIn15Years", filtered_df_2nd.Age + 15)':
-        lambda ns: ns.update(transformed_df_2nd=ns["filtered_df_2nd"].withColumn(
-            "AgeIn15Years", ns["filtered_df_2nd"].Age + 15)),
-    'renamed_df_2nd = transformed_df_2nd.withColumnRenamed("AgeIn15Years", '
-    '"AgeAfterFiftheenYears")':
-        lambda ns: ns.update(renamed_df_2nd=ns["transformed_df_2nd"].withColumnRenamed(
-            "AgeIn15Years", "AgeAfterFiftheenYears")),
-    "row_count_2nd = renamed_df_2nd.count()":
-        lambda ns: ns.update(row_count_2nd=ns["renamed_df_2nd"].count()),
-    "result_2nd = renamed_df_2nd.collect()":
-        lambda ns: ns.update(result_2nd=ns["renamed_df_2nd"].collect()),
-    "result = renamed_df.collect()": lambda ns: ns.update(result=ns["renamed_df"].collect()),
-    "renamed_df_2nd.cache()": lambda ns: ns["renamed_df_2nd"].cache(),
+    **{line.code: line.step for line in (*LINES, CACHE)},
     CONTROL: lambda ns: ns["spark"].sql(CONTROL_SQL).collect(),
-}  # fmt: skip
+}
 RULE = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
 COLUMNS = (
     "variant", "line", "code", "kind", "jobs", "job_ids", "stages_run", "stages_skipped",
@@ -296,12 +287,6 @@ class Stores:
         return self.sql.execution(execution_id).get().physicalPlanDescription()
 
 
-def _error(exc: BaseException) -> str:
-    """The exception as a reader sees it: its type and first line."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
 def _job_stages(jobs: list[dict[str, Any]]) -> str:
     """Each job's stages, e.g. "job 1: stage 1 skipped (2 tasks), stage 2 ran 1 task"."""
 
@@ -370,7 +355,7 @@ def run_variant(
         except Exception as e:  # recorded; the other variant still runs
             log.exception("D6 %s, line %d failed", variant, line)
             broken = line
-            rows.append(row | {"status": "failed", "reason": _error(e)})
+            rows.append(row | {"status": "failed", "reason": error_line(e)})
             continue
         log.info(
             "D6 %s, line %2d: %d job(s), %d stage(s) run, %d skipped, %d task(s), %.2f s: %s",
@@ -381,11 +366,15 @@ def run_variant(
     return rows, namespace
 
 
+def rule_meter(spark: Any) -> Any:
+    """Catalyst's RuleExecutor, whose meter counts each rule's runs, JVM-wide: this process
+    runs nothing else in Spark meanwhile."""
+    return spark._jvm.org.apache.spark.sql.catalyst.rules.RuleExecutor
+
+
 def rule_runs(spark: Any, rule: str = RULE) -> dict[str, int]:
-    """How often the optimizer applied `rule` and with effect, since the last reset
-    (RuleExecutor's meter, JVM-wide: this process runs nothing else in Spark meanwhile)."""
-    meter = spark._jvm.org.apache.spark.sql.catalyst.rules.RuleExecutor
-    for line in meter.dumpTimeSpent().splitlines():
+    """How often the optimizer applied `rule` and with effect, since the meter's last reset."""
+    for line in rule_meter(spark).dumpTimeSpent().splitlines():
         fields = line.split()
         if fields and fields[0] == rule:  # rule, effective / total time, effective / total runs
             return {"effective_runs": int(fields[4]), "runs": int(fields[6])}
@@ -421,7 +410,7 @@ def session_facts(spark: Any) -> dict[str, Any]:
 def measure(spark: Any) -> tuple[list[dict[str, Any]], dict[str, Any], list[tuple[str, str]]]:
     """Both variants and the control in `spark`: (rows, result keys, (title, plan) texts)."""
     stores = Stores(spark)
-    meter = spark._jvm.org.apache.spark.sql.catalyst.rules.RuleExecutor
+    meter = rule_meter(spark)
     rows: list[dict[str, Any]] = []
     plans: dict[str, dict[str, str]] = {}
     rules: dict[str, dict[str, int]] = {}
@@ -457,7 +446,7 @@ def measure(spark: Any) -> tuple[list[dict[str, Any]], dict[str, Any], list[tupl
         control |= run_line(spark, stores, {"spark": spark}, "control", CONTROL)
     except Exception as e:  # the control backs the finding; the program's rows still stand
         log.exception("D6 control failed")
-        control |= {"status": "failed", "reason": _error(e)}
+        control |= {"status": "failed", "reason": error_line(e)}
     else:
         log.info("D6 control (LocalRelation): %d job(s): %s", control["jobs"], CONTROL)
         texts += [
@@ -502,7 +491,7 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
                 result |= measured
         except Exception as e:  # Spark did not start, or the study itself broke: say so
             log.exception("D6: Spark failed")
-            rows = _unmeasured("failed", f"Spark failed: {_error(e)}")
+            rows = _unmeasured("failed", f"Spark failed: {error_line(e)}")
     write_csv(out_dir / "lines.csv", rows, COLUMNS)
     text = "".join(f"==== {title} ====\n{plan}\n\n" for title, plan in texts)
     atomic_write(out_dir / "plans.txt", lambda f: f.write(text.encode()))
