@@ -87,3 +87,22 @@ def test_the_checkpoint_cost_benchmark_times_every_part_on_the_cpu(tmp_path):
     assert set(report["each_ms"]) == set(parts)
     assert all(len(ms) == 2 and min(ms) > 0 for ms in report["each_ms"].values())
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]  # its files cleaned up
+
+
+def test_the_one_host_step_benchmark_times_every_setting_it_has_the_cores_for(tmp_path):
+    out = tmp_path / "one_host_step.json"
+    bench = str(ROOT / "bench" / "one_host_step.py")
+    command = [sys.executable, bench, "--threads", "1", "--steps", "220", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    settings = {s["name"]: s for s in report["settings"]}
+    assert "two DDP, passive" in settings and "two DDP, no buffer broadcast" in settings
+    assert settings["two DDP, passive"]["env"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    for name, setting in settings.items():  # every rank of every setting timed its parts
+        assert [r["rank"] for r in setting["ranks"]] == (
+            [0, 1] if setting["ddp"] and setting["procs"] == 2 else [0] * setting["procs"]
+        ), name
+        for row in setting["ranks"]:
+            assert row["step_ms"] >= max(row["forward_ms"], row["backward_ms"]) > 0
+            assert row["switches_per_1000_steps"] >= 0

@@ -77,13 +77,17 @@ def test_ddp_two_ranks_equal_one_process_with_the_global_batch(tmp_path, tabular
 def test_a_run_trains_inside_the_cores_and_gpus_it_reserved(tmp_path, tabular_dir):
     metrics, _ = run(
         tmp_path, tabular_dir, "pinned", launcher="torchrun", nproc_per_node=2, epochs=1,
-        threads=1,
+        threads=1, omp_wait_policy="passive",
     )  # fmt: skip
     reserved = metrics["reserved"]
     assert len(reserved["cores"]) == 1 and reserved["gpus"] == []
     for rank in metrics["ranks"]:  # both ranks, started by torchrun under the supervisor
         assert rank["cpu_affinity"] == reserved["cores"]
         assert rank["cuda_visible_devices"] == ""
+        # B1's n1xp2_passive: the OpenMP wait policy reached each rank, which counts how often
+        # it was preempted (two ranks on one core: at least once).
+        assert rank["omp_wait_policy"] == "PASSIVE"
+        assert rank["involuntary_context_switches"] > 0
     # Where its seconds went: the parts rank 0 timed add up, and fit inside the launcher's.
     t = metrics["timing"]
     assert min(t["import_s"], t["setup_s"], t["checkpoint_time_s"], t["teardown_s"]) > 0

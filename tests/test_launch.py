@@ -5,6 +5,7 @@ import shlex
 import shutil
 import signal
 import sys
+from dataclasses import replace
 
 from conftest import make_spec
 from dmls.supervisor.launch import NODE_AGENT, WORKER, Command, agent_command, build_commands
@@ -45,6 +46,17 @@ def test_torchrun_one_agent_per_emulated_node():
         assert cmd.argv[-len(ARGS) - 1 :] == [str(WORKER), *ARGS]
         assert cmd.env["OMP_NUM_THREADS"] == "1"  # 4 threads shared by 4 processes
     assert flags(cmds[0].argv)["--rdzv_id"] == flags(cmds[1].argv)["--rdzv_id"]
+
+
+def test_the_openmp_wait_policy_reaches_every_launcher_and_only_when_set():
+    for launcher, srun in (("torchrun", False), ("accelerate", False), ("torchrun", True)):
+        spec = make_spec(launcher=launcher, nodes=2, nproc_per_node=2, device="cpu",
+                         omp_wait_policy="passive")  # fmt: skip
+        cmds = build_commands(spec, ARGS, device="cpu", port=29555, threads=4, srun=srun)
+        assert [c.env["OMP_WAIT_POLICY"] for c in cmds] == ["PASSIVE"] * len(cmds)
+        default = build_commands(replace(spec, omp_wait_policy="default"), ARGS, device="cpu",
+                                 port=29555, threads=4, srun=srun)  # fmt: skip
+        assert not any("OMP_WAIT_POLICY" in c.env for c in default)  # the library's own
 
 
 def test_accelerate_on_cpu_uses_multi_gpu_with_use_cpu():

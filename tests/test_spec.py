@@ -77,8 +77,8 @@ def test_cpu_preset_and_test_config_merge_over_the_default():
 RUN_KEYS = (
     "augment, backend, batch_size, dataset, device, early_stopping_patience, epochs, "
     "grad_accum_steps, label_smoothing, launcher, loader, model, nodes, nproc_per_node, "
-    "num_workers, optimizer, precision, replica_threads, scheduler, seed, seeds, sharding, step, "
-    "test_samples, train_samples, validation_samples"
+    "num_workers, omp_wait_policy, optimizer, precision, replica_threads, scheduler, seed, "
+    "seeds, sharding, step, test_samples, train_samples, validation_samples"
 )
 STUDIES = (
     "backend, batch_size, cluster_accelerate, cluster_precision, cluster_torchrun, "

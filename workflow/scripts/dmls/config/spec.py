@@ -74,6 +74,7 @@ class RunSpec:
     model: ModelSpec
     launcher: str
     replica_threads: str
+    omp_wait_policy: str
     sharding: str
     device: str
     nodes: int

@@ -174,7 +174,7 @@ def compare(
     alone = (
         "the same in every seed, no interval" if identical
         else "one seed, no interval" if metric in record.SEED_METRICS
-        else "the job's one value, no interval"
+        else "one value per job"
     )  # fmt: skip
     inside = f"{interval}; {means}" if interval else f"{means}; {alone}"
     extra = _also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
@@ -285,44 +285,80 @@ def regularization_setting(study: Study) -> tuple[str, dict[str, Any]]:
 
 
 def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[str, Any]]:
-    """B1: why two processes on one host (`n1xp2`) step slower than one (`n1xp1`): each one's
-    time per optimizer step from its steady throughput, against what the collectives sweep of
-    this folder puts one gradient all-reduce at (DDP's buckets, the run's backend and device,
-    2 processes)."""
-    one, two = "n1xp1", "n1xp2"
+    """B1: why two processes on one host (`n1xp2`) step slower than one (`n1xp1`). Each run's
+    time per optimizer step comes from its steady throughput. Two measured suspects:
+    `n1xp2_passive`, the same two processes with OpenMP's idle threads asleep instead of
+    spinning (they spin on the cores gloo's threads need while a rank waits on a collective;
+    each rank's involuntary context switches show it), and the gradient's all-reduce as the
+    collectives sweep of this folder times it (DDP's buckets, the run's backend and device, 2
+    processes). Case "spin": the sleeping threads made the step faster beyond seed noise;
+    "other": they did not (or were not measured); "faster": two processes were not slower."""
+    one, two, passive = "n1xp1", "n1xp2", "n1xp2_passive"
     for run in (one, two):
         _finished(study, run)
-    if sweep is None:
-        raise NotMeasured("the collectives sweep did not run")
-    m1, m2 = study.metrics[one], study.metrics[two]
-    params = m2.get("parameters")
-    if not params:
-        raise NotMeasured(f"{two}'s record has no parameter count")
-    world = m2["derived"]["processes"]
-    per_step = [  # ms per optimizer step, each process stepping its own batch
-        1000
-        * m["spec"]["batch_size"]
-        * m["derived"]["processes"]
-        / stats.geometric_mean(study.seed_values(m["run"], "samples_per_s"))
-        for m in (m1, m2)
-    ]
-    device = "cuda" if str(m2["ranks"][0]["device"]).startswith("cuda") else "cpu"
-    backend = m2["spec"]["backend"]
-    rows = setup_rows(sweep.to_dict("records"), backend, device, world)
-    all_reduce = calls_ms(rows, [("all_reduce", b) for b in ddp_buckets(4 * params)])
-    if all_reduce is None:
-        raise NotMeasured(f"the sweep did not time {backend} on {device} with {world} processes")
-    lost = per_step[1] - per_step[0]
-    share = all_reduce / lost if lost > 0 else math.inf
-    case = "faster" if lost <= 0 else ("mostly" if share >= 0.5 else "partly")
-    return case, {
-        "step_one": f"{per_step[0]:.3g} ms",
-        "step_two": f"{per_step[1]:.3g} ms",
-        "gradient": f"{4 * params / 1024:,.0f} KiB",
-        "backend": backend,
-        "all_reduce": f"{all_reduce:.3g} ms",
-        "share": f"{min(share, 9.99):.0%}" if lost > 0 else "",
+    lost = _step_ms(study, two) - _step_ms(study, one)
+    facts: dict[str, Any] = {
+        "step_one": f"{_step_ms(study, one):.3g} ms",
+        "step_two": f"{_step_ms(study, two):.3g} ms",
+        "threads": _threads_per_process(study.metrics[two]),
+        "switches_two": _switches(study.metrics[two]),
+        "all_reduce": _all_reduce(study.metrics[two], sweep, lost),
     }
+    try:
+        facts["passive"] = compare(study, passive, two, "samples_per_s", ["omp_wait_policy"])
+    except NotMeasured as e:
+        facts["passive"] = Compared.not_measured(e)
+        return ("faster" if lost <= 0 else "other"), facts
+    regained = _step_ms(study, two) - _step_ms(study, passive)
+    facts |= {
+        "step_passive": f"{_step_ms(study, passive):.3g} ms",
+        "spin_share": f"{min(regained / lost, 1):.0%}" if lost > 0 else "",
+        "switches_passive": _switches(study.metrics[passive]),
+    }
+    if lost <= 0:
+        return "faster", facts
+    return ("spin" if facts["passive"].verdict == METRICS["samples_per_s"].more else "other"), facts
+
+
+def _step_ms(study: Study, run: str) -> float:
+    """ms per optimizer step of `run`, each process stepping its own batch, from the geometric
+    mean of its seeds' steady throughput."""
+    m = study.metrics[run]
+    samples = m["spec"]["batch_size"] * m["derived"]["processes"]
+    return 1000 * samples / stats.geometric_mean(study.seed_values(run, "samples_per_s"))
+
+
+def _threads_per_process(metrics: dict[str, Any]) -> str:
+    """The intra-op threads each rank had (OMP_NUM_THREADS as launched)."""
+    env = (metrics.get("launch") or {}).get("env") or [{}]
+    n = env[0].get("OMP_NUM_THREADS")
+    return f"{n} thread{'s' if str(n) != '1' else ''}" if n else "an unrecorded number of threads"
+
+
+def _switches(metrics: dict[str, Any]) -> str:
+    """Involuntary context switches per rank over the job (the mean of its ranks)."""
+    counts = [r.get("involuntary_context_switches") for r in metrics.get("ranks") or []]
+    if not counts or None in counts:
+        return "not recorded"
+    return f"{np.mean(counts):,.0f}"
+
+
+def _all_reduce(metrics: dict[str, Any], sweep: pd.DataFrame | None, lost: float) -> str:
+    """What the collectives sweep puts one step's gradient all-reduce at, and its share of the
+    time `lost` per step, or why it can't say."""
+    params = metrics.get("parameters")
+    if sweep is None:
+        return "not measured (the collectives sweep did not run)"
+    if not params:
+        return f"not measured ({metrics['run']}'s record has no parameter count)"
+    device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
+    backend, world = metrics["spec"]["backend"], metrics["derived"]["processes"]
+    rows = setup_rows(sweep.to_dict("records"), backend, device, world)
+    ms = calls_ms(rows, [("all_reduce", b) for b in ddp_buckets(4 * params)])
+    if ms is None:
+        return f"not measured (the sweep did not time {backend} on {device}, {world} processes)"
+    share = f", {min(ms / lost, 9.99):.0%} of the time lost" if lost > 0 else ""
+    return f"{ms:.3g} ms for the {4 * params / 1024:,.0f} KiB gradient ({backend}){share}"
 
 
 # Facts an `answer:` entry names with `facts:`: a function of the study (and the collectives

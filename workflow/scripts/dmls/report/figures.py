@@ -246,15 +246,16 @@ def _bounds(comparison: Comparison) -> tuple[float, float, float]:
 
 def grid_heatmap(study: Study, path: Path) -> Path:
     """Throughput (steady epochs) and test accuracy on the nodes x processes-per-node grid."""
-    nodes = sorted(study.runs["spec.nodes"].unique())
-    procs = sorted(study.runs["spec.nproc_per_node"].unique())
+    runs = study.grid
+    nodes = sorted(runs["spec.nodes"].unique())
+    procs = sorted(runs["spec.nproc_per_node"].unique())
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(9, 1.2 + 1.1 * len(nodes)))
     panels = (("samples_per_s", "samples/s (steady epochs)", 1.0, "viridis"),
               ("test_accuracy", "test accuracy (%)", 0.01, "viridis"))  # fmt: skip
     for ax, (column, label, scale, cmap) in zip(axes, panels, strict=True):
         grid = np.full((len(nodes), len(procs)), np.nan)
         notes = {}
-        for run, row in study.runs.iterrows():
+        for run, row in runs.iterrows():
             cell = (nodes.index(row["spec.nodes"]), procs.index(row["spec.nproc_per_node"]))
             if row["status"] == OK:
                 grid[cell] = row[column] / scale

@@ -19,6 +19,9 @@ OK = "ok"
 GRID_KEYS = ("nodes", "nproc_per_node")
 # How data reaches the model and how a step runs: runs scale against runs of their own path.
 PATH_KEYS = ("loader", "step")
+# Settings of the processes' environment that leave what trains the same (B1's n1xp2_passive:
+# OpenMP's idle threads asleep); a grid study's ablation, off its grid.
+ENV_KEYS = ("omp_wait_policy",)
 
 
 class ReportError(ValueError):
@@ -115,13 +118,20 @@ class Study:
     @property
     def is_grid(self) -> bool:
         """The runs span nodes x processes and vary nothing else (B1, B2)."""
-        return set(self.varying) == set(GRID_KEYS)
+        return set(self.varying) - set(ENV_KEYS) == set(GRID_KEYS)
+
+    @property
+    def grid(self) -> pd.DataFrame:
+        """The runs on the grid: those of the processes' default environment."""
+        if "spec.omp_wait_policy" not in self.runs:  # a record from before the setting
+            return self.runs
+        return self.runs[self.runs["spec.omp_wait_policy"].fillna("default") == "default"]
 
     @property
     def scales_workers(self) -> bool:
         """Runs differ in how many workers train, and only in how they are launched and which
         data path and step they use (A1, B1, B2)."""
-        launch_keys = {"launcher", "replica_threads", "sharding", *GRID_KEYS, *PATH_KEYS}
+        launch_keys = {"launcher", "replica_threads", "sharding", *GRID_KEYS, *PATH_KEYS, *ENV_KEYS}
         return self.runs["replicas"].nunique() > 1 and set(self.varying) <= launch_keys
 
     def scaling_reference(self, run: str) -> str | None:

@@ -69,6 +69,28 @@ def build_commands(
     """
     processes_per_host = spec.nproc_per_node if srun else spec.processes
     per_process = max(1, threads // processes_per_host)
+    # The OpenMP wait policy reaches every rank through its launcher's environment (and through
+    # srun's, which passes the environment on to each node's agent).
+    wait = (
+        {}
+        if spec.omp_wait_policy == "default"
+        else {"OMP_WAIT_POLICY": spec.omp_wait_policy.upper()}
+    )
+    return [
+        Command(c.argv, c.env | wait)
+        for c in _launcher_commands(spec, worker_args, device, per_process, threads, port, srun)
+    ]
+
+
+def _launcher_commands(
+    spec: RunSpec,
+    worker_args: list[str],
+    device: str,
+    per_process: int,
+    threads: int,
+    port: int,
+    srun: bool,
+) -> list[Command]:
     python = sys.executable
 
     if spec.launcher in ("single", "dp"):

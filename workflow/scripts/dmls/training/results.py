@@ -19,9 +19,10 @@ from dmls.training.parallel import Process
 
 
 def rank_facts(process: Process, gpu_indices: list[int]) -> dict[str, Any]:
-    """Where this rank ran and what host memory it used at most (its GPUs' memory is each
-    seed's: `seed_result`)."""
+    """Where this rank ran, what host memory it used at most (its GPUs' memory is each seed's:
+    `seed_result`) and how often it was preempted."""
     gpus = [{"index": i, "name": torch.cuda.get_device_name(i)} for i in gpu_indices]
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # all of the process's threads
     return {
         "rank": process.rank,
         "local_rank": process.local_rank,
@@ -35,7 +36,12 @@ def rank_facts(process: Process, gpu_indices: list[int]) -> dict[str, Any]:
         "cpu_affinity": sorted(os.sched_getaffinity(0)),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         # ru_maxrss is in KiB on Linux; DataLoader workers are separate processes, not counted.
-        "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_host_rss_bytes": usage.ru_maxrss * 1024,
+        # Times the kernel took a core from this process's threads while they could still run
+        # (over the whole job): many more than a lone process's mean more runnable threads
+        # than cores, e.g. OpenMP threads spinning beside gloo's (B1).
+        "involuntary_context_switches": usage.ru_nivcsw,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),  # as the rank got it
     }
 
 
