@@ -578,6 +578,44 @@ def test_each_section_says_whether_its_jobs_had_the_host_to_themselves():
     assert "not comparable" in shared({"isolation": "devices"}, {"exclusive": False})
 
 
+def test_a_cpu_run_on_a_gpu_host_says_it_ran_on_the_cpu():
+    """The example's B sections said "4× NVIDIA H200" for runs that trained on CPUs."""
+    gpu, cpu = fake_metrics("g"), fake_metrics("c")
+    cpu["derived"]["device"] = "cpu"
+    assert Study.from_metrics("parallelism", {}, [gpu]).provenance()["card"] == "1× NVIDIA H100"
+    assert Study.from_metrics("parallelism", {}, [cpu]).provenance()["card"] == "CPU: Xeon"
+
+
+def test_a_section_whose_runs_overlapped_no_other_job_says_it_ran_alone():
+    """The example's B1 and B2 ran one run at a time after the DAG, under `isolation: devices`:
+    their provenance said "beside other jobs"."""
+    import pandas as pd
+
+    from dmls.report import page
+    from dmls.report.study import ALONE, SHARED
+
+    def row(job: str, start: int, end: int, status: str = "ok") -> dict:
+        t = pd.Timestamp("2026-11-28T16:00:00")
+        return {"job": job, "status": status, "start": t + pd.Timedelta(seconds=start),
+                "end": t + pd.Timedelta(seconds=end)}  # fmt: skip
+
+    rows = [row("b1/one", 0, 10), row("b1/two", 10, 20), row("a1/x", 20, 30),
+            row("study graphs", 25, 40), row("a1/skipped", 0, 40, "skipped")]  # fmt: skip
+    assert page.ran_alone("b1", rows)  # touching ends and a skipped run's span don't overlap
+    assert not page.ran_alone("a1", rows)  # beside the graphs study
+    assert not page.ran_alone("b1", [*rows, row("b1/three", 15, 25)])  # beside its own run
+    assert not page.ran_alone("c", rows)  # no finished run: nothing to say
+
+    def item(key: str, isolation: str) -> dict:
+        return {"kind": "runs", "section": {"key": key, "provenance": {"isolation": isolation}}}
+
+    items = [item("b1", SHARED["devices"]), item("a1", SHARED["devices"]),
+             item("h", SHARED["host"])]  # fmt: skip
+    page.say_who_ran_alone(items, [*rows, row("h/r", 50, 60)])
+    said = [i["section"]["provenance"]["isolation"] for i in items]
+    assert said == [ALONE, SHARED["devices"], SHARED["host"]]
+
+
 def test_generalization_flags_test_loss_rising_while_train_loss_falls():
     losses = [(2.0, 1.9), (1.5, 1.6), (1.0, 1.7), (0.5, 1.9)]  # train falls, test turns up
     history = [

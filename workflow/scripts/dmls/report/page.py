@@ -25,7 +25,7 @@ from dmls import record
 from dmls.files import atomic_write, read_json
 from dmls.report import captions, special, special_answers, timeline
 from dmls.report.cells import FORMATS, MIB, cell, missing
-from dmls.report.study import OK
+from dmls.report.study import ALONE, OK, SHARED
 
 # Columns of the all-runs table, in this order (the full table is runs.csv, linked from it);
 # each number a mean over the run's seeds, shown with its 95% interval where it has one.
@@ -230,6 +230,28 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     }
 
 
+def ran_alone(key: str, rows: list[dict[str, Any]]) -> bool:
+    """Whether no finished run of study `key` overlapped another job in time: `rows` are the
+    timeline's rows of every run and special study of the folder (a skipped run did no work)."""
+    spans = [r for r in rows if r.get("start") is not None and r.get("end") is not None]
+    mine = [r for r in spans if r["job"].startswith(f"{key}/") and r["status"] == OK]
+    others = [r for r in spans if r["status"] != "skipped"]
+    return bool(mine) and not any(
+        o is not r and o["start"] < r["end"] and r["start"] < o["end"] for r in mine for o in others
+    )
+
+
+def say_who_ran_alone(items: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """A section whose runs could share the host (`isolation: devices`) but overlapped no
+    other job says so in its provenance line (the example report's B1 and B2 ran one run at a
+    time after the DAG)."""
+    for item in items:
+        p = item["section"].get("provenance") or {}
+        shared = item["kind"] == "runs" and p.get("isolation") == SHARED["devices"]
+        if shared and ran_alone(item["section"]["key"], rows):
+            p["isolation"] = ALONE
+
+
 def timeline_section(metrics: list[dict[str, Any]], special_paths: list[Path]) -> dict | None:
     """The DAG's timeline (a figure, inlined) and each job's split, or None without stamps."""
     rows = timeline.with_offsets(
@@ -271,6 +293,16 @@ def render(
         lstrip_blocks=True,
     )
     statuses = frame["status"].value_counts().to_dict()
+    sections = arrange(
+        [load_section(p, figure_captions) for p in section_paths],
+        [load_special(p) for p in special_paths],
+        texts,
+    )
+    say_who_ran_alone(
+        sections,
+        [timeline.run_row(m) for m in metrics]
+        + [timeline.study_row(read_json(p)) for p in special_paths],
+    )
     context = {
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": git_state(workflow_dir),
@@ -285,11 +317,7 @@ def render(
             if m["derived"].get("nodes_emulated") and m["status"] == OK
         ],
         "statuses": statuses,
-        "sections": arrange(
-            [load_section(p, figure_captions) for p in section_paths],
-            [load_special(p) for p in special_paths],
-            texts,
-        ),
+        "sections": sections,
         "intro": texts["intro"],
         "terms": texts.get("terms") or {},
         "all_runs": all_runs(frame),

@@ -19,6 +19,14 @@ OK = "ok"
 GRID_KEYS = ("nodes", "nproc_per_node")
 # How data reaches the model and how a step runs: runs scale against runs of their own path.
 PATH_KEYS = ("loader", "step")
+# What a study's runs shared, by config `isolation`, for its provenance line. Where none of
+# them overlapped another job in time, the page says so instead (page.ran_alone).
+SHARED = {
+    "host": "each job had the host to itself",
+    "devices": "beside other jobs on other cores and GPUs (the CPU package shared)",
+    "none": "on a shared host: timings not comparable",
+}
+ALONE = "one job at a time (no other job ran meanwhile)"
 # Settings of the processes' environment that leave what trains the same (B1's n1xp2_passive:
 # OpenMP's idle threads asleep); a grid study's ablation, off its grid.
 ENV_KEYS = ("omp_wait_policy",)
@@ -206,15 +214,12 @@ class Study:
             return {}
         data = [m.get("data") or {} for m in ran]
         hosts = [m["host"] for m in ran]
-        cards = [
-            f"{len(h['gpus'])}× {h['gpus'][0]}" if h.get("gpus") else f"CPU: {h['cpu_model']}"
-            for h in hosts
+        cards = [  # what trained: a CPU run on a GPU host names the CPU
+            f"{len(h['gpus'])}× {h['gpus'][0]}"
+            if h.get("gpus") and m["derived"].get("device") != "cpu"
+            else f"CPU: {h['cpu_model']}"
+            for m, h in zip(ran, hosts, strict=True)
         ]
-        shared = {
-            "host": "each job had the host to itself",
-            "devices": "beside other jobs on other cores and GPUs (the CPU package shared)",
-            "none": "on a shared host: timings not comparable",
-        }
         return {
             "data": each([d.get("name") for d in data]),
             "synthetic": any(d.get("synthetic") for d in data),
@@ -223,7 +228,7 @@ class Study:
             "seeds": each([record.seed_count(m) for m in ran]),
             "card": each(cards),
             "torch": each([h.get("torch") for h in hosts]),
-            "isolation": "; ".join(shared.get(i, i) for i in sorted(self.isolation)),
+            "isolation": "; ".join(SHARED.get(i, i) for i in sorted(self.isolation)),
         }
 
     @property
