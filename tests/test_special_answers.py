@@ -482,6 +482,30 @@ def test_b4_names_the_costliest_module_kind_and_slowest_activation_with_interval
     assert facts["activations"].startswith(f"{slowest}, ") and slowest in ("relu", "gelu")
 
 
+def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
+    """Before: B4's memory read "1.62× BatchNorm's (1.62–1.62×; 65 vs 40 KiB), costlier", the
+    zero-width interval of repeats that allocate the same bytes (item 11's "0.23–0.23×")."""
+    from dmls.report.answers import speed
+
+    block = {"metric": "cpu_memory_kib", "costliest": "Linear", "second": "BatchNorm",
+             "means": {"Linear": 65.0, "BatchNorm": 40.0}, "value": 1.625, "low": 1.625,
+             "high": 1.625, "n": 2}  # fmt: skip
+    summary = {"rows": [{"status": "ok"}], "verdicts": {"repeats": 2, "by_device": {"cpu": {
+        "time": block | {"metric": "cpu_time_ms"}, "memory": block,
+        "activations": block | {"metric": "cpu_time_ms", "slowest": "gelu", "fastest": "relu",
+                                "means": {"gelu": 2.0, "relu": 1.0}}}}}}  # fmt: skip
+    _, facts = sa.profiler(summary, Path("."))
+    assert facts["memory"] == (
+        "Linear, 1.62× BatchNorm's (65 vs 40 KiB; the same in every repeat, no interval), costlier"
+    )
+    assert speed([2.0, 2.0], [1.0, 1.0], "2 vs 1 ms") == (
+        "2.00× (2 vs 1 ms; the same in every repeat, no interval), faster"
+    )
+    assert speed([1.0], [0.99], "1 vs 0.99 ms") == (
+        "1.01× (1 vs 0.99 ms; one repeat, no interval), about the same"
+    )
+
+
 def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     summary, folder = c
     _, facts = sa.fused_conv(summary, folder)

@@ -150,37 +150,66 @@ def compare(
     a, b = values(a_study, run, metric), values(b_study, b_run, metric)
     if not a or not b:
         raise NotMeasured(f"{run} or {b_run} did not record {spec.label}")
-    how = stats.ratio if spec.kind == "ratio" else stats.difference
-    result = how(a, b)
-    # Seeds that agree to the byte (a warm process's GPU memory) leave an interval of zero
-    # width: no interval to print, and no noise to judge a small difference against.
-    identical = result.has_interval and math.isclose(result.low, result.high, rel_tol=1e-9)
-    if identical:
-        result = replace(result, low=None, high=None)
     means = (
         f"{_number(_mean(a, spec), spec)} vs {_number(_mean(b, spec), spec)} {spec.unit}".replace(
             " %", "%"
         )
     )
-    if spec.kind == "ratio":
-        figure, interval = ratio_strings(result)
-        too_wide = result.has_interval and result.high / max(result.low, 1e-12) > TOO_WIDE_RATIO
-    else:
-        figure = f"{signed(100 * result.value)} points"
-        interval = result.has_interval and (
-            f"{signed(100 * result.low)} to {signed(100 * result.high)}"
-        )
-        too_wide = result.has_interval and 100 * (result.high - result.low) > TOO_WIDE_POINTS
-    alone = (
-        "the same in every seed, no interval" if identical
-        else "one seed, no interval" if metric in record.SEED_METRICS
-        else "one value per job"
-    )  # fmt: skip
-    inside = f"{interval}; {means}" if interval else f"{means}; {alone}"
+    alone = "one seed, no interval" if metric in record.SEED_METRICS else "one value per job"
     extra = _also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
-    if extra:
-        inside += f"; the two also differ in {extra}"
-    return Compared(minus(f"{figure} ({inside})"), _verdict(result, spec, too_wide), spec.label)
+    also = f"; the two also differ in {extra}" if extra else ""
+    if spec.kind == "ratio":
+        phrase = Ratio.of(stats.ratio(a, b), means + also, alone, "seed")
+        return Compared(minus(phrase.figure), phrase.judge(spec.more, spec.less), spec.label)
+    result = stats.difference(a, b)
+    figure = f"{signed(100 * result.value)} points"
+    interval = result.has_interval and (
+        f"{signed(100 * result.low)} to {signed(100 * result.high)}"
+    )
+    too_wide = result.has_interval and 100 * (result.high - result.low) > TOO_WIDE_POINTS
+    inside = f"{interval}; {means}" if interval else f"{means}; {alone}"
+    verdict = judge(result, spec.more, spec.less, too_wide)
+    return Compared(minus(f"{figure} ({inside}{also})"), verdict, spec.label)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio as every answer writes it: `figure` is '0.82× (0.75–0.89×; <means>)', `value`
+    and `inside` its two parts, the interval with the decimals that tell its ends apart;
+    `judge` gives its verdict."""
+
+    result: stats.Comparison
+    value: str
+    inside: str
+    too_wide: bool
+    unit: str  # what the noise is over: "seed" or "repeat"
+
+    @property
+    def figure(self) -> str:
+        return f"{self.value} ({self.inside})"
+
+    @classmethod
+    def of(cls, result: stats.Comparison | None, means: str, alone: str, unit: str) -> Ratio:
+        """`result` (stats.ratio) with `means` as written; `alone` says why there is no interval
+        (one seed, one repeat). Values that agree to the byte (a warm process's GPU memory)
+        leave an interval of zero width: none is printed, and there is no noise to judge a
+        small difference against."""
+        if result is None:
+            raise NotMeasured("no value was recorded")
+        if result.has_interval and math.isclose(result.low, result.high, rel_tol=1e-9):
+            result = replace(result, low=None, high=None)
+            alone = f"the same in every {unit}, no interval"
+        value, interval = ratio_strings(result)
+        too_wide = result.has_interval and result.high / max(result.low, 1e-12) > TOO_WIDE_RATIO
+        inside = f"{interval}; {means}" if interval else f"{means}; {alone}"
+        return cls(result, value, inside, too_wide, unit)
+
+    def judge(self, more: str, less: str) -> str:
+        noise = "within seed noise" if self.unit == "seed" else "within noise"
+        return judge(self.result, more, less, self.too_wide, noise, f"too few {self.unit}s to tell")
+
+    def said(self, more: str, less: str) -> str:
+        return f"{self.figure}, {self.judge(more, less)}"
 
 
 def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
@@ -477,16 +506,27 @@ def _number(value: float, spec: Metric) -> str:
     return f"{value * spec.scale:,.{spec.decimals}f}"
 
 
-def _verdict(result: stats.Comparison, spec: Metric, too_wide: bool) -> str:
+def judge(
+    result: stats.Comparison,
+    more: str,
+    less: str,
+    too_wide: bool,
+    noise: str = "within seed noise",
+    few: str = "too few seeds to tell",
+) -> str:
+    """The verdict of a comparison: `few` when its interval is too wide to read, `noise` when
+    it holds no effect, else `more` or `less` of what it measures ("about the same" for a ratio
+    within 2% of one with no interval to judge it by)."""
     if too_wide:
-        return "too few seeds to tell"
+        return few
     if result.within_noise:
-        return "within seed noise"
+        return noise
     if result.value == result.null:
         return "the same"
-    if not result.has_interval and spec.kind == "ratio" and abs(math.log(result.value)) < 0.02:
+    ratio = result.null == 1.0
+    if not result.has_interval and ratio and abs(math.log(result.value)) < 0.02:
         return "about the same"  # no interval to tell a 2% difference from noise
-    return spec.more if result.value > result.null else spec.less
+    return more if result.value > result.null else less
 
 
 def ran(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -605,20 +645,9 @@ def speed(reference: list[float], other: list[float], means: str) -> str:
     """`other` against `reference` as a speed, the reference's time over the other's (the ratio
     of their geometric means), with its 95% interval over the repeats where both have two or
     more, the two means (`means`, as written) and a verdict:
-    '0.82× (95% interval 0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'."""
-    r = stats.ratio(reference, other)
-    if r is None:
-        raise NotMeasured("no time was recorded")
-    if r.has_interval:
-        inside = f"{r.low:.2f}–{r.high:.2f}×; {means}"
-        if r.high / max(r.low, 1e-12) > TOO_WIDE_RATIO:
-            verdict = "too few repeats to tell"
-        else:
-            verdict = "within noise" if r.within_noise else faster_word(r.value)
-    else:
-        inside = f"{means}; one repeat, no interval"
-        verdict = faster_word(r.value)
-    return f"{r.value:.2f}× ({inside}), {verdict}"
+    '0.82× (0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'."""
+    ratio = Ratio.of(stats.ratio(reference, other), means, "one repeat, no interval", "repeat")
+    return ratio.said("faster", "slower")
 
 
 def faster_word(ratio: float) -> str:

@@ -31,8 +31,8 @@ from scipy import stats as scipy_stats
 
 from dmls import stats
 from dmls.report.answers import (
-    TOO_WIDE_RATIO,
     NotMeasured,
+    Ratio,
     faster_word,
     finished_rows,
     not_measured,
@@ -439,7 +439,13 @@ def profiler(summary: dict[str, Any], folder: Path) -> Facts:
     unit = {"cpu_time_ms": "ms", "device_time_ms": "ms", "cpu_memory_kib": "KiB",
             "device_memory_kib": "KiB"}  # fmt: skip
 
-    def costlier(block: dict[str, Any], first: str, second: str, word: str = "costlier") -> str:
+    def costlier(
+        block: dict[str, Any],
+        first: str,
+        second: str,
+        word: str = "costlier",
+        less: str = "cheaper",
+    ) -> str:
         means = block["means"]
         u = unit.get(block["metric"], "")
         both = f"{fmt_sig(means[block[first]], 3)} vs {fmt_sig(means[block[second]], 3)} {u}"
@@ -449,22 +455,16 @@ def profiler(summary: dict[str, Any], folder: Path) -> Facts:
             block["value"], block.get("low"), block.get("high"), block.get("n", 1),
             block.get("n", 1), 1.0,
         )  # fmt: skip
-        if not ratio.has_interval:
-            inside, verdict = f"{both}; one repeat, no interval", word
-        else:
-            inside = f"{ratio.low:.2f}–{ratio.high:.2f}×; {both}"
-            if ratio.high / max(ratio.low, 1e-12) > TOO_WIDE_RATIO:
-                verdict = "too few repeats to tell"
-            else:
-                verdict = "within noise" if ratio.within_noise else word
-        return f"{block[first]}, {ratio.value:.2f}× {block[second]}'s ({inside}), {verdict}"
+        phrase = Ratio.of(ratio, both, "one repeat, no interval", "repeat")
+        verdict = phrase.judge(word, less)
+        return f"{block[first]}, {phrase.value} {block[second]}'s ({phrase.inside}), {verdict}"
 
     return "measured", {
         "device": DEVICES.get(device, device),
         "activation": v.get("activation", "relu"),
         "time": costlier(v["time"], "costliest", "second"),
         "memory": costlier(v["memory"], "costliest", "second"),
-        "activations": costlier(v["activations"], "slowest", "fastest", "slower"),
+        "activations": costlier(v["activations"], "slowest", "fastest", "slower", "faster"),
         "repeats": str(summary["verdicts"].get("repeats", "")),
     }
 
