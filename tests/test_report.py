@@ -555,7 +555,10 @@ def test_sweep_fits_memory_against_the_swept_setting():
     study = Study.from_metrics("batch_size", {"baseline": "b32"}, metrics)
     assert study.sweep_key == "batch_size"
     lines = observations.sweep(study)
-    assert lines[0].startswith("peak GPU memory (max over GPUs) vs batch_size: 2.50 MiB per unit")
+    # The answer's fit (answers.fit), so that the section gives one line, not two.
+    assert lines[0].startswith(
+        "peak GPU memory vs batch_size: grows linearly, 2.500 MiB per unit of batch_size"
+    )
     assert "plus 100.0 MiB" in lines[0] and "R² = 1.000" in lines[0]
     assert lines[1] == (
         "From batch_size 16 to 128: samples/s over the steady epochs 1,000 → 1,000 (geometric "
@@ -1011,7 +1014,7 @@ def test_memory_compares_what_a_step_adds_beside_the_peak():
     assert row["GPU mem. a step adds, max GPU (MiB)"] == "80.0"
     assert row["Peak GPU mem., max GPU (MiB)"] == "300.0"
     (fit,) = [line for line in observations.sweep(study) if "per unit of batch_size" in line]
-    assert fit.startswith("GPU memory a step adds (max GPU) vs batch_size: 1.25 MiB")
+    assert fit.startswith("GPU memory a step adds vs batch_size: grows linearly, 1.250 MiB")
     assert "R² = 1.000" in fit
 
 

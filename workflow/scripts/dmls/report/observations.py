@@ -144,17 +144,18 @@ def sweep(study: Study) -> list[str]:
     ok = ok.sort_values(f"spec.{key}")
     x = ok[f"spec.{key}"].to_numpy(dtype=float)
     lines = []
-    memory = study.memory
-    if memory and len(ok) >= 3:
-        column, what = memory
-        y = ok[column].to_numpy(dtype=float) / MIB
-        slope, intercept = np.polyfit(x, y, 1)
-        residual = np.sum((y - (slope * x + intercept)) ** 2)
-        r2 = 1 - residual / max(np.sum((y - y.mean()) ** 2), 1e-12)
+    # The answer's line (answers.fit: through every seed's value, with the slope's interval),
+    # so that the section gives one fit. (answers reads this module's curves: imported here.)
+    from dmls.report.answers import NotMeasured, fit
+
+    try:
+        line = fit(study, "memory", key)
         lines.append(
-            f"{what} vs {key}: {slope:.2f} MiB per unit of {key} plus {intercept:.1f} MiB "
-            f"(least-squares line through the means, R² = {r2:.3f})."
+            f"{line['label']} vs {key}: {line['verdict']}, {line['slope']} plus "
+            f"{line['intercept']} ({line['r2']}; a least-squares line through every seed's value)."
         )
+    except NotMeasured:
+        pass  # fewer than three settings finished
     first, last = ok.index[0], ok.index[-1]
     speed = _compare(stats.ratio, study, last, first, "samples_per_s")
     accuracy = _compare(stats.difference, study, last, first, "test_accuracy")
