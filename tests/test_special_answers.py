@@ -262,12 +262,12 @@ def test_d5_steady_step_as_a_speed_with_its_interval_first_call_and_control_flow
     gpu = stats.ratio(EAGER["cuda"], MODE[("cuda", "compile")])
     assert facts["steady_cpu"].startswith(
         f"compiled {cpu.value:.2f}× ({cpu.low:.2f}–{cpu.high:.2f}×; "
-        "21.1 ± 0.248 vs 23.7 ± 1.74 ms), faster; exported"
+        "21.10 ± 0.25 vs 23.7 ± 1.7 ms), faster; exported"
     )
     assert facts["steady_cpu"].endswith("within noise")
     assert facts["steady_cuda"].startswith(
         f"compiled {gpu.value:.2f}× ({gpu.low:.2f}–{gpu.high:.2f}×; "
-        "3.2 ± 0.248 vs 2.6 ± 0.248 ms), slower; exported"
+        "3.20 ± 0.25 vs 2.60 ± 0.25 ms), slower; exported"
     )
     assert gpu.value < 1 < cpu.value
     # First calls in eager steps: 86.77 s / 2.6 ms; 0.2655 s / 23.7 ms.
@@ -414,7 +414,7 @@ def test_d4_what_ran_state_against_the_closed_form_at_the_largest_n_and_the_step
     r = stats.ratio(STEPS["none"], STEPS["full"])
     assert facts["step"] == (
         f"fully_shard (ZeRO-3) {r.value:.2f}× ({r.low:.2f}–{r.high:.2f}×; "
-        "32.7 ± 4.35 vs 15 ± 0.248 ms), slower"
+        "32.7 ± 4.3 vs 15.00 ± 0.25 ms), slower"  # not "15 ± 0.248"
     )
 
 

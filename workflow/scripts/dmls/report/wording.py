@@ -101,11 +101,16 @@ def fmt_num(x: float) -> str:
 
 
 def fmt_mean(row: dict[str, Any], mean: str, ci95: str) -> str:
-    """A row's mean with the half-width of its 95% interval where it has one: '3.17 ± 0.278'."""
-    half = row.get(ci95)
+    """A row's mean with the half-width of its 95% interval where it has one, the half-width
+    to two significant digits and the mean to the same decimal place: '3.17 ± 0.28',
+    '15.000 ± 0.027' (not '15 ± 0.0274')."""
+    value, half = float(row[mean]), row.get(ci95)
     if half is None or half == "" or not math.isfinite(float(half)):
-        return fmt_num(float(row[mean]))
-    return f"{fmt_num(float(row[mean]))} ± {fmt_num(float(half))}"
+        return fmt_num(value)
+    if float(half) <= 0:
+        return f"{fmt_num(value)} ± 0"
+    decimals = max(0, 1 - math.floor(math.log10(float(half))))
+    return minus(f"{value:,.{decimals}f} ± {float(half):,.{decimals}f}")
 
 
 def fmt_plural(n: Any, word: str) -> str:
