@@ -24,7 +24,7 @@ PATH_KEYS = ("loader", "step")
 SHARED = {
     "host": "each job had the host to itself",
     "devices": "beside other jobs on other cores and GPUs (the CPU package shared)",
-    "none": "on a shared host: timings not comparable",
+    "none": "shared host, timings not comparable",
 }
 ALONE = "one job at a time (no other job ran meanwhile)"
 # Settings of the processes' environment that leave what trains the same (B1's n1xp2_passive:
