@@ -1,6 +1,8 @@
 """D7 (dmls.special.serialization): what each format does with values, references, depth and
 an untrusted pickle, run here; and the section's answer read from the study's own files."""
 
+import platform
+
 import pytest
 
 from dmls.files import read_json
@@ -90,7 +92,16 @@ def test_the_answer_reads_the_study_and_says_where_a_part_failed(d7):
         facts["cycle"].startswith("pickle identity kept") and "Circular reference" in facts["cycle"]
     )
     assert "pickle reading at least" in facts["depth"]
+    assert facts["depth"].endswith(f"(Python {platform.python_version()}, recursion limit 1000)")
     assert "pickle.loads ran it" in facts["hostile"]
+    # The example's Python 3.12 wrote 4,998 levels "at recursion limit 1000": the limit no
+    # longer bounds C code there, and the answer says so.
+    on_312 = summary | {"host": summary["host"] | {"python": "3.12.3"}}
+    _, facts = sa.serialization(on_312, folder)
+    assert facts["depth"].endswith(
+        "(Python 3.12.3, recursion limit 1000, which bounds Python frames only, not C code such "
+        "as these)"
+    )
     broken = summary | {"rows": [r | {"status": "failed", "reason": "boom"} if r["part"] == "depth"
                                  else r for r in summary["rows"]]}  # fmt: skip
     _, facts = sa.serialization(broken, folder)

@@ -514,6 +514,14 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     assert facts["forward_shallow"].startswith(
         f"{forward['value']:.2f}× ({forward['low']:.2f}–{forward['high']:.2f}×; "
     )
+
+    # The fused kernel's time first, as in every "run vs reference" (it read cuDNN's first).
+    def mean_ms(mode: str) -> str:
+        times = [float(r["forward_time_s"]) for r in sa.read_csv_rows(folder / "repeats.csv")
+                 if r["depth"] == "2" and r["mode"] == mode]  # fmt: skip
+        return f"{stats.geometric_mean(times) * 1e3:.1f}"
+
+    assert f"; {mean_ms('fused')} vs {mean_ms('cudnn')} ms)" in facts["forward_shallow"]
     assert re.search(r"cudnn [\d.]+% ± [\d.]+; fused [\d.]+% ± [\d.]+; cpu [\d.]+%",
                      facts["accuracy_shallow"])  # fmt: skip
 
