@@ -985,13 +985,24 @@ def test_the_header_gives_each_sittings_wall_time_when_runs_were_added_later():
     from dmls.report.page import wall_time
 
     def m(start: str, end: str) -> dict:
-        return {"started_at": f"2026-11-28T{start}+00:00", "finished_at": f"2026-11-28T{end}+00:00",
+        return {"study": "s", "run": start, "status": "ok",
+                "started_at": f"2026-11-28T{start}+00:00", "finished_at": f"2026-11-28T{end}+00:00",
                 "launch": {"seconds": 60.0}}  # fmt: skip
 
     dag = [m("13:00:00", "13:10:00"), m("13:05:00", "13:22:00")]
     assert wall_time(dag)["sittings_s"] == [1320.0] and wall_time(dag)["span_s"] == 1320.0
     later = wall_time([*dag, m("16:13:00", "16:14:00"), m("16:14:10", "16:18:00")])
     assert later["sittings_s"] == [1320.0, 300.0] and later["runs_s"] == 240.0
+    # The timeline draws each sitting on an axis of its own, without the idle hours between.
+    from dmls.report import timeline
+
+    rows = timeline.with_offsets(
+        [timeline.run_row(x) for x in [*dag, m("16:13:00", "16:14:00"), m("16:14:10", "16:18:00")]]
+    )
+    assert timeline.sittings(rows) == [(0.0, 1320.0), (11580.0, 11880.0)]
+    axes = timeline.figure(rows).axes
+    assert [a.get_title() for a in axes] == ["sitting 1", "sitting 2"]
+    assert axes[1].get_xlim()[0] > 11000 and axes[0].get_xlim()[1] < 1400
 
 
 def test_memory_compares_what_a_step_adds_beside_the_peak():

@@ -73,35 +73,18 @@ def _git(folder: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-# An idle gap this long between runs splits the folder's runs into sittings (a DAG, then runs
-# added to its folder later): the header gives each sitting's span rather than one that
-# counts the hours between them.
-SITTING_GAP_S = 600.0
-
-
 def wall_time(metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    """From the first run's start to the last run's end, per sitting (runs with no idle gap of
-    SITTING_GAP_S between them), and the runs' own time summed."""
-    spans = sorted(
-        (datetime.fromisoformat(m["started_at"]), datetime.fromisoformat(m["finished_at"]))
-        for m in metrics
-        if m.get("started_at") and m.get("finished_at")
-    )
-    if not spans:
+    """From the first run's start to the last run's end, per sitting (timeline.sittings: runs
+    added to the folder after an idle gap are a sitting of their own), and the runs' own time
+    summed."""
+    rows = timeline.with_offsets([timeline.run_row(m) for m in metrics])
+    if not rows:
         return {"span_s": None, "runs_s": None}
-    sittings = [list(spans[0])]
-    for start, end in spans[1:]:
-        if (start - sittings[-1][1]).total_seconds() >= SITTING_GAP_S:
-            sittings.append([start, end])
-        else:
-            sittings[-1][1] = max(sittings[-1][1], end)
-    runs = sum(m.get("launch", {}).get("seconds", 0.0) for m in metrics)
+    spans = timeline.sittings(rows)
     return {
-        "first_start": spans[0][0].isoformat(),
-        "last_end": sittings[-1][1].isoformat(),
-        "span_s": (sittings[-1][1] - spans[0][0]).total_seconds(),
-        "sittings_s": [(end - start).total_seconds() for start, end in sittings],
-        "runs_s": runs,
+        "span_s": spans[-1][1] - spans[0][0],
+        "sittings_s": [end - start for start, end in spans],
+        "runs_s": sum(m.get("launch", {}).get("seconds", 0.0) for m in metrics),
     }
 
 

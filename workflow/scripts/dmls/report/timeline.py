@@ -132,22 +132,48 @@ def lanes(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     return bars
 
 
+# An idle gap this long between jobs splits a folder's jobs into sittings (a DAG, then runs
+# added to its folder later): the header gives each sitting's wall time and the figure draws
+# each on an axis of its own, without the idle hours between them.
+SITTING_GAP_S = 600.0
+
+
+def sittings(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The (start_s, end_s) spans of the rows' sittings, in time order."""
+    spans: list[list[float]] = []
+    for r in sorted(rows, key=lambda r: r["start_s"]):
+        if spans and r["start_s"] - spans[-1][1] < SITTING_GAP_S:
+            spans[-1][1] = max(spans[-1][1], r["end_s"])
+        else:
+            spans.append([r["start_s"], r["end_s"]])
+    return [(start, end) for start, end in spans]
+
+
 def figure(rows: list[dict[str, Any]]):
     """The timeline: one bar per job and GPU it held (CPU jobs on stacked CPU lanes), training
-    runs in blue, special studies in orange, runs that did not finish hatched."""
+    runs in blue, special studies in orange, runs that did not finish hatched; a sitting after
+    an idle gap on an axis of its own."""
     bars = lanes(rows)
     names = sorted({lane for lane, _ in bars}, key=lambda n: (n.split()[0], int(n.split()[1])))
+    spans = sittings(rows)
     fig = new_figure(11, max(2.5, 0.32 * len(names) + 1.2))
-    ax = fig.subplots()
-    for lane, r in bars:
-        study = r["job"].startswith("study ")
-        ax.barh(names.index(lane), r["end_s"] - r["start_s"], left=r["start_s"], height=0.7,
-                color="C1" if study else "C0", edgecolor="white", linewidth=0.5,
-                hatch=None if r["status"] == "ok" else "//")  # fmt: skip
-    ax.set_yticks(range(len(names)), names)
-    ax.invert_yaxis()
-    ax.set(xlabel="seconds since the first job started", title="The DAG's jobs over time")
-    ax.grid(axis="x", alpha=0.3)
+    widths = [max(end - start, 1.0) for start, end in spans]
+    axes = fig.subplots(1, len(spans), sharey=True, squeeze=False, width_ratios=widths)[0]
+    for k, (ax, (start, end)) in enumerate(zip(axes, spans, strict=True)):
+        for lane, r in bars:
+            study = r["job"].startswith("study ")
+            ax.barh(names.index(lane), r["end_s"] - r["start_s"], left=r["start_s"], height=0.7,
+                    color="C1" if study else "C0", edgecolor="white", linewidth=0.5,
+                    hatch=None if r["status"] == "ok" else "//")  # fmt: skip
+        pad = 0.02 * (end - start) + 1.0
+        ax.set_xlim(start - pad, end + pad)
+        ax.grid(axis="x", alpha=0.3)
+        if len(spans) > 1:
+            ax.set_title(f"sitting {k + 1}", fontsize=9)
+    axes[0].set_yticks(range(len(names)), names)
+    axes[0].invert_yaxis()
+    fig.supxlabel("seconds since the first job started", fontsize=10)
+    fig.suptitle("The DAG's jobs over time", fontsize=11)
     return fig
 
 
