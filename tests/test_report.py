@@ -973,33 +973,34 @@ def test_the_timeline_puts_gpu_jobs_on_their_gpus_and_stacks_cpu_jobs_side_by_si
         "5 jobs over 30 s; their own times add up to 53 s (1.8 jobs at a time on average)."
     )
     timeline.figure(rows)  # draws
-    # A run added to the folder later: the idle gap is not counted as the DAG's.
-    later = timeline.with_offsets([run("a/cpu1", 0, 10), run("b/late", 50, 55)])
-    assert timeline.summary(later) == (
-        "2 jobs over 55 s, 40 s of it with none running (runs added later); their own times add "
-        "up to 15 s (1.0 jobs at a time while any ran)."
+    # A short idle gap inside a DAG is no second sitting (runs added later: below).
+    pause = timeline.with_offsets([run("a/cpu1", 0, 10), run("b/next", 50, 55)])
+    assert timeline.summary(pause) == (
+        "2 jobs over 55 s; their own times add up to 15 s (0.3 jobs at a time on average)."
     )
 
 
 def test_the_header_gives_each_sittings_wall_time_when_runs_were_added_later():
+    from dmls.report import timeline
     from dmls.report.page import wall_time
 
     def m(start: str, end: str) -> dict:
-        return {"study": "s", "run": start, "status": "ok",
+        return timeline.run_row({"study": "s", "run": start, "status": "ok",
                 "started_at": f"2026-11-28T{start}+00:00", "finished_at": f"2026-11-28T{end}+00:00",
-                "launch": {"seconds": 60.0}}  # fmt: skip
+                "launch": {"seconds": 60.0}})  # fmt: skip
 
     dag = [m("13:00:00", "13:10:00"), m("13:05:00", "13:22:00")]
     assert wall_time(dag)["sittings_s"] == [1320.0] and wall_time(dag)["span_s"] == 1320.0
     later = wall_time([*dag, m("16:13:00", "16:14:00"), m("16:14:10", "16:18:00")])
     assert later["sittings_s"] == [1320.0, 300.0] and later["runs_s"] == 240.0
-    # The timeline draws each sitting on an axis of its own, without the idle hours between.
-    from dmls.report import timeline
-
-    rows = timeline.with_offsets(
-        [timeline.run_row(x) for x in [*dag, m("16:13:00", "16:14:00"), m("16:14:10", "16:18:00")]]
-    )
+    # The timeline draws each sitting on an axis of its own, without the idle hours between,
+    # and its summary does not count them as the DAG's.
+    rows = timeline.with_offsets([*dag, m("16:13:00", "16:14:00"), m("16:14:10", "16:18:00")])
     assert timeline.sittings(rows) == [(0.0, 1320.0), (11580.0, 11880.0)]
+    assert timeline.summary(rows) == (
+        "4 jobs over 11880 s, 10260 s of it between 2 sittings with none running (runs added "
+        "later); their own times add up to 1910 s (1.2 jobs at a time within the sittings)."
+    )
     axes = timeline.figure(rows).axes
     assert [a.get_title() for a in axes] == ["sitting 1", "sitting 2"]
     assert axes[1].get_xlim()[0] > 11000 and axes[0].get_xlim()[1] < 1400

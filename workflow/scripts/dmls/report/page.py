@@ -73,18 +73,18 @@ def _git(folder: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def wall_time(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+def wall_time(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """From the first run's start to the last run's end, per sitting (timeline.sittings: runs
     added to the folder after an idle gap are a sitting of their own), and the runs' own time
-    summed."""
-    rows = timeline.with_offsets([timeline.run_row(m) for m in metrics])
+    summed; `runs` are the runs' timeline rows."""
+    rows = timeline.with_offsets(runs)
     if not rows:
         return {"span_s": None, "runs_s": None}
     spans = timeline.sittings(rows)
     return {
         "span_s": spans[-1][1] - spans[0][0],
         "sittings_s": [end - start for start, end in spans],
-        "runs_s": sum(m.get("launch", {}).get("seconds", 0.0) for m in metrics),
+        "runs_s": sum(r.get("seconds") or 0.0 for r in runs),
     }
 
 
@@ -255,12 +255,10 @@ def say_who_ran_alone(items: list[dict[str, Any]], rows: list[dict[str, Any]]) -
             p["isolation"] = ALONE
 
 
-def timeline_section(metrics: list[dict[str, Any]], special_paths: list[Path]) -> dict | None:
-    """The DAG's timeline (a figure, inlined) and each job's split, or None without stamps."""
-    rows = timeline.with_offsets(
-        [timeline.run_row(m) for m in metrics]
-        + [timeline.study_row(read_json(p)) for p in special_paths]
-    )
+def timeline_section(jobs: list[dict[str, Any]]) -> dict | None:
+    """The DAG's timeline (a figure, inlined) and each job's split, from the timeline rows of
+    every run and special study, or None without stamps."""
+    rows = timeline.with_offsets(jobs)
     if not rows:
         return None
     fig = timeline.figure(rows)
@@ -296,20 +294,16 @@ def render(
         lstrip_blocks=True,
     )
     statuses = frame["status"].value_counts().to_dict()
-    sections = arrange(
-        [load_section(p, figure_captions) for p in section_paths],
-        [load_special(p) for p in special_paths],
-        texts,
-    )
-    say_who_ran_alone(
-        sections,
-        [timeline.run_row(m) for m in metrics]
-        + [timeline.study_row(read_json(p)) for p in special_paths],
-    )
+    specials = [load_special(p) for p in special_paths]
+    sections = arrange([load_section(p, figure_captions) for p in section_paths], specials, texts)
+    # Every job's span, once: the header's wall time, the timeline, and who ran alone.
+    runs = [timeline.run_row(m) for m in metrics]
+    jobs = runs + [timeline.study_row(s["summary"]) for s in specials]
+    say_who_ran_alone(sections, jobs)
     context = {
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": git_state(workflow_dir),
-        "wall": wall_time(metrics),
+        "wall": wall_time(runs),
         "config_yaml": yaml.safe_dump(config, sort_keys=False, allow_unicode=True),
         "hosts": hosts(metrics),
         "software": software(),
@@ -324,7 +318,7 @@ def render(
         "intro": texts["intro"],
         "terms": texts.get("terms") or {},
         "all_runs": all_runs(frame),
-        "timeline": timeline_section(metrics, special_paths),
+        "timeline": timeline_section(jobs),
         "runs_csv_uri": data_uri(runs_csv, "text/csv"),
         "seeds_csv_uri": data_uri(seeds_csv, "text/csv"),
         "css": (Path(template_dir) / "report.css").read_text(),

@@ -130,10 +130,12 @@ class Study:
 
     @property
     def grid(self) -> pd.DataFrame:
-        """The runs on the grid: those of the processes' default environment."""
-        if "spec.omp_wait_policy" not in self.runs:  # a record from before the setting
-            return self.runs
-        return self.runs[self.runs["spec.omp_wait_policy"].fillna("default") == "default"]
+        """The runs on the grid: those of the processes' default environment (ENV_KEYS; a
+        record from before a setting has no column of it, and was of its default)."""
+        on_grid = pd.Series(True, index=self.runs.index)
+        for column in (f"spec.{key}" for key in ENV_KEYS if f"spec.{key}" in self.runs):
+            on_grid &= self.runs[column].fillna("default") == "default"
+        return self.runs[on_grid]
 
     @property
     def scales_workers(self) -> bool:

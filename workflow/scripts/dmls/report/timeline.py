@@ -199,17 +199,15 @@ def summary(rows: list[dict[str, Any]]) -> str:
     busy = sum(r["end_s"] - r["start_s"] for r in rows)
     if not span:
         return ""
-    covered, reach = 0.0, 0.0  # the time some job ran: the union of the jobs' spans
-    for r in sorted(rows, key=lambda r: r["start_s"]):
-        covered += max(0.0, r["end_s"] - max(r["start_s"], reach))
-        reach = max(reach, r["end_s"])
-    if span - covered < 1:
+    spans = sittings(rows)
+    if len(spans) == 1:
         return (
             f"{len(rows)} jobs over {span:.0f} s; their own times add up to {busy:.0f} s "
             f"({busy / span:.1f} jobs at a time on average)."
         )
+    within = sum(end - start for start, end in spans)
     return (
-        f"{len(rows)} jobs over {span:.0f} s, {span - covered:.0f} s of it with none running "
-        f"(runs added later); their own times add up to {busy:.0f} s ({busy / covered:.1f} jobs "
-        "at a time while any ran)."
+        f"{len(rows)} jobs over {span:.0f} s, {span - within:.0f} s of it between "
+        f"{len(spans)} sittings with none running (runs added later); their own times add up "
+        f"to {busy:.0f} s ({busy / within:.1f} jobs at a time within the sittings)."
     )
