@@ -242,7 +242,7 @@ def check_slurm_status_checks():
 
 def check_fault_drill():
     """A fault drill (DMLS_FAULT) for a run the config lacks is an error before any job."""
-    from dmls.training.faults import Fault
+    from dmls.protocol import Fault
 
     fault = Fault.from_env()
     if fault is not None:

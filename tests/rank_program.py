@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from dmls.supervisor.processes import as_rank
+from dmls.protocol import as_rank
 
 
 def main(fails: int | None, after_s: float, reports: str, pids: str) -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import make_spec
 from dmls.files import write_json
+from dmls.protocol import Fault
 from dmls.supervisor import processes, supervise
-from dmls.training.faults import Fault
 
 DDP = dict(
     dataset="tabular", model={"name": "mlp", "hidden": 16}, device="cpu", backend="gloo",

@@ -1,12 +1,16 @@
-"""The package's layers hold (workflow/scripts/dmls/__init__.py says which runs where): code
-that runs outside the ranks imports no torch, the launcher is compared only where it must be,
-and no module shadows the standard library."""
+"""The package's layers hold (workflow/scripts/dmls/__init__.py says which runs where): imports
+point down the drawn floors and no modules import each other in a circle, code that runs
+outside the ranks imports no torch, the launcher is compared only where it must be, and no
+module shadows the standard library."""
 
+import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -23,6 +27,133 @@ LAUNCHER_COMPARED = re.compile(
 )
 
 
+# The floors of the package, the lowest first. A module may import its own package's modules
+# and any package on a lower floor; an import sideways (another package on its floor) or up is
+# an error. training/ and report/ stand side by side: the report reads the record, never the
+# training code.
+FLOORS = (
+    ("files", "stats", "joblog", "bytecode"),
+    ("config", "protocol", "comm"),
+    ("data", "record"),
+    ("training", "report"),
+    ("supervisor",),
+    ("special",),
+)
+
+
+def floor_of(part: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if part in floor)
+
+
+def imports(package: Path) -> dict[str, set[str]]:
+    """Each module of `package` (dotted, under `dmls`) and the dmls modules it imports,
+    anywhere in its code (inside functions too; `from dmls.x import y` counts as dmls.x.y when
+    y is a module)."""
+    names = {
+        ".".join(("dmls", *p.relative_to(package).with_suffix("").parts)).removesuffix(".__init__")
+        for p in package.rglob("*.py")
+    }
+    found: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        module = ".".join(("dmls", *path.relative_to(package).with_suffix("").parts))
+        module = module.removesuffix(".__init__")
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("dmls")}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dmls"):
+                for alias in node.names:
+                    child = f"{node.module}.{alias.name}"
+                    targets.add(child if child in names else node.module)
+        found[module] = targets - {module}
+    return found
+
+
+def climbing(package: Path) -> list[str]:
+    """Every import of `package` that goes sideways or up the `FLOORS`."""
+    wrong = []
+    for module, targets in sorted(imports(package).items()):
+        here = module.split(".")
+        if len(here) == 1:
+            continue  # dmls/__init__.py
+        for target in sorted(targets):
+            there = target.split(".")
+            if len(there) == 1 or there[1] == here[1]:
+                continue
+            if floor_of(there[1]) >= floor_of(here[1]):
+                wrong.append(f"{module} imports {target}")
+    return wrong
+
+
+def circles(package: Path) -> list[list[str]]:
+    """Groups of modules that import each other, directly or through others (Tarjan)."""
+    graph = imports(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in graph:
+                continue  # a package's __init__ without code of its own
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_package_is_on_a_floor():
+    parts = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in PACKAGE.glob("*")}
+    parts -= {"__init__", "__pycache__", "metrics.schema.json"}
+    assert sorted(parts - {part for floor in FLOORS for part in floor}) == []
+
+
+def test_imports_point_down_the_floors():
+    assert climbing(PACKAGE) == []
+
+
+def test_an_import_that_climbs_is_caught(tmp_path):
+    """A planted upward import (training → supervisor) and a sideways one (report → training)
+    fail the check; so do two modules that import each other."""
+    copy = tmp_path / "dmls"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    models = copy / "training" / "models.py"
+    models.write_text(models.read_text() + "\nfrom dmls.supervisor import launch  # planted\n")
+    cells = copy / "report" / "cells.py"
+    cells.write_text(cells.read_text() + "\n\ndef f():\n    import dmls.training.job\n")
+    assert climbing(copy) == [
+        "dmls.report.cells imports dmls.training.job",
+        "dmls.training.models imports dmls.supervisor.launch",
+    ]
+    stats = copy / "stats.py"
+    stats.write_text(stats.read_text() + "\nfrom dmls import files\n")
+    files = copy / "files.py"
+    files.write_text(files.read_text() + "\nfrom dmls import stats\n")
+    assert ["dmls.files", "dmls.stats"] in circles(copy)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert circles(PACKAGE) == []
+
+
 def modules(folder: str = "") -> list[str]:
     return sorted(
         "dmls." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
@@ -33,7 +164,7 @@ def modules(folder: str = "") -> list[str]:
 
 def test_what_runs_outside_the_ranks_imports_no_torch():
     torch_free = [*modules("config"), *modules("supervisor"), "dmls.files",
-                  "dmls.training.faults", "dmls.training.worker"]  # fmt: skip
+                  "dmls.protocol", "dmls.training.faults", "dmls.training.worker"]  # fmt: skip
     code = (
         "import importlib, sys\n"
         f"for m in {torch_free!r}: importlib.import_module(m)\n"

@@ -38,8 +38,8 @@ import torch.distributed as dist
 
 from dmls.comm import DDP_BUCKET_BYTES, latency_at
 from dmls.files import new_figure, save_figure, write_csv
+from dmls.protocol import as_rank
 from dmls.special import error_line, ranks
-from dmls.supervisor.processes import as_rank
 from dmls.supervisor.slurm import SrunTask
 from dmls.training.models import course_cnn
 

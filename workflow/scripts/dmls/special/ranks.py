@@ -4,7 +4,7 @@ agent per emulated node, or an srun step), supervisor/processes.py runs them: on
 stops the others, a group still running at the timeout is stopped, and the failure names the
 rank and what it raised, with the supervisor's reason for a failed training run.
 
-Each rank runs its body inside `processes.as_rank(<folder>)`, which leaves its error there.
+Each rank runs its body inside `protocol.as_rank(<folder>)`, which leaves its error there.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import shutil
 from pathlib import Path
 
+from dmls import protocol
 from dmls.supervisor import launch, processes
 
 # Longer than any sweep or D4 setup takes; what outlives it hangs (a collective a peer never
@@ -42,8 +43,7 @@ def run(
     parent, when nothing else is left there). Raises RanksFailed when one failed or the group
     ran past `timeout_s`; the folder then stays."""
     folder.mkdir(parents=True, exist_ok=True)
-    for left in folder.glob("error-rank*.json"):  # an earlier attempt's
-        left.unlink()
+    protocol.clear_reports(folder)  # an earlier attempt's
     commands = launch.group_commands(
         module, args, nodes=nodes, nproc_per_node=nproc_per_node, port=launch.free_port(),
         name=name, srun=srun,

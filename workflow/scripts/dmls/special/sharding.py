@@ -78,8 +78,8 @@ from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.config.spec import RunSpec, special_run_spec
 from dmls.files import new_figure, read_json, save_figure, write_csv, write_json
+from dmls.protocol import as_rank
 from dmls.special import ranks
-from dmls.supervisor.processes import as_rank
 from dmls.training.models import build_model, shard_units
 
 if TYPE_CHECKING:

@@ -10,9 +10,7 @@ nodes are emulated by starting one agent per node on this host, all meeting on l
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -40,16 +38,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
-
-
-def die_with_parent(sig: signal.Signals) -> None:
-    """Ask Linux to send this process `sig` when its parent dies (prctl PR_SET_PDEATHSIG), so
-    no launcher or rank outlives the process that started it. Elsewhere it does nothing."""
-    if sys.platform != "linux":
-        return
-    PR_SET_PDEATHSIG = 1
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig)) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def build_commands(

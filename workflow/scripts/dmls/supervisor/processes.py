@@ -4,29 +4,26 @@ study's ranks are started, waited for and stopped here, and only here.
 Each command starts in a process group of its own, so it can be stopped whole, and dies with
 the process that started it. When one fails, the others are stopped (SIGTERM to their groups,
 SIGKILL after `STOP_GRACE_S`) rather than left waiting for a peer that is gone; past the
-timeout, all are. `as_rank` is the other side: what a rank does first, and the error report it
-leaves (`error-rank<N>.json`, as train.py's ranks leave theirs) for the reason to name it.
+timeout, all are. The ranks' side (`as_rank`, the error reports `failure_reason` reads) is
+dmls/protocol.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import faulthandler
 import os
 import re
 import shlex
 import signal
 import subprocess
 import time
-import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from dmls.files import read_json, write_json
-from dmls.supervisor.launch import Command, die_with_parent
+from dmls.protocol import die_with_parent, error_reports
+from dmls.supervisor.launch import Command
 
 # How gloo and NCCL report a peer that died or went silent: the error of a rank that lost a
 # peer, which is a consequence of the failure, not its cause.
@@ -126,39 +123,6 @@ def stop(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             signal_group(proc, signal.SIGKILL)
             proc.wait()
-
-
-@contextlib.contextmanager
-def as_rank(reports: Path) -> Iterator[int]:
-    """Run the body as a rank that a launcher started: it dies with its launcher, prints every
-    thread's stack when stopped (SIGTERM), and an error it raises is written to
-    `<reports>/error-rank<N>.json` before it propagates. Yields the rank (torchrun's RANK, else
-    an srun task's SLURM_PROCID)."""
-    # A rank must not outlive its launcher (a `kill -9` of torchrun would leave it running).
-    die_with_parent(signal.SIGKILL)
-    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
-    try:
-        yield rank
-    except BaseException as exc:
-        write_json(
-            reports / f"error-rank{rank}.json",
-            {
-                "rank": rank,
-                "time": time.time(),
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-                # No result, yet nothing wrong with the run: a rerun resumes (a full disk).
-                "resumable": getattr(exc, "resumable", False)
-                or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC),
-            },
-        )
-        raise
-
-
-def error_reports(run_dir: Path) -> list[dict[str, Any]]:
-    """The errors the ranks reported (`as_rank`'s error-rank<N>.json), first first."""
-    return sorted((read_json(p) for p in run_dir.glob("error-rank*.json")), key=lambda r: r["time"])
 
 
 def failure_reason(

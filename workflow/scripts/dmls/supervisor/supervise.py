@@ -23,11 +23,12 @@ from typing import IO, Any
 
 from filelock import FileLock, Timeout
 
-from dmls import bytecode
+from dmls import bytecode, protocol
 from dmls import record as run_record
 from dmls.config.spec import RunSpec
 from dmls.files import read_json
 from dmls.joblog import job_log
+from dmls.protocol import Fault
 from dmls.supervisor import launch, processes, slots
 from dmls.supervisor.hardware import (
     Host,
@@ -38,8 +39,6 @@ from dmls.supervisor.hardware import (
     resolved_device,
 )
 from dmls.supervisor.slurm import SlurmError, SlurmJob
-from dmls.training.faults import ENV as FAULT_ENV
-from dmls.training.faults import Fault
 
 # The config's `runtime` defaults (config/schemas/config.schema.yaml), for callers without one.
 DEFAULT_RUNTIME = {"bytecode_cache": False, "gc": "freeze"}
@@ -97,10 +96,9 @@ def _run(
         raise ValueError(f"{spec.run_id}: {problem}")
     run_dir.mkdir(parents=True, exist_ok=True)
     # Files a previous attempt may have left; Snakemake only removes the declared output.
-    for name in ("worker.json", "history.csv"):
-        (run_dir / name).unlink(missing_ok=True)
-    for left in [*run_dir.glob("error-rank*.json"), *run_dir.glob("model*.pt")]:
-        left.unlink()
+    protocol.clear_reports(run_dir)
+    for left in [run_dir / "history.csv", *run_dir.glob("model*.pt")]:
+        left.unlink(missing_ok=True)
     host, software = (
         host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
     )
@@ -171,7 +169,7 @@ def _run(
             # What the run shared with other jobs of this host (config `isolation`).
             "isolation": isolation,
             "load_average_before": os.getloadavg(),
-            "fault": os.environ[FAULT_ENV] if fault and fault.targets(spec.run_id) else None,
+            "fault": os.environ[protocol.ENV] if fault and fault.targets(spec.run_id) else None,
             "runtime": dict(runtime),
         }
         exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
@@ -181,7 +179,7 @@ def _run(
         if interrupted is not None:
             print(f"INTERRUPTED {interrupted}", file=log, flush=True)
             raise RunInterrupted(interrupted)
-        if any(exit_codes) or not (run_dir / "worker.json").exists():
+        if any(exit_codes) or not (run_dir / protocol.RESULT).exists():
             launcher_output = Path(log.name).read_text(errors="replace")
             reason = processes.failure_reason(
                 run_dir, exit_codes, launcher_output, Path(log.name).name
@@ -190,8 +188,8 @@ def _run(
             # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
             return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
 
-        result = run_record.combine(read_json(run_dir / "worker.json"))
-        (run_dir / "worker.json").unlink()
+        result = run_record.combine(read_json(run_dir / protocol.RESULT))
+        (run_dir / protocol.RESULT).unlink()
         _write_history(run_dir / "history.csv", result["seeds"])
         record = _finish(run_dir, record | result, strict)
         # Only now, with its result on disk: the run has ended, nothing is left to resume.
@@ -276,7 +274,7 @@ def _interruption(
 def _resumable_error(run_dir: Path) -> dict[str, Any] | None:
     """The first error a rank reported that leaves the run to resume, not failed (a full disk:
     training/checkpoint.py `DiskFull`), or None."""
-    return next((r for r in processes.error_reports(run_dir) if r.get("resumable")), None)
+    return next((r for r in protocol.error_reports(run_dir) if r.get("resumable")), None)
 
 
 def _write_history(path: Path, seeds: list[dict[str, Any]]) -> None:
@@ -301,7 +299,7 @@ def main_from_snakemake(snakemake: Any) -> None:
     opens (and truncates) the rule's log, which the launchers' output then goes to."""
     # If Snakemake is killed, stop too (and the launchers with us): a run finished behind its
     # back would be marked incomplete and trained again from scratch, its checkpoint gone.
-    launch.die_with_parent(signal.SIGTERM)
+    protocol.die_with_parent(signal.SIGTERM)
     spec = RunSpec.from_json(snakemake.params.spec)
     results_dir = Path(snakemake.config["results_dir"])
     # Outside the rule's outputs: Snakemake must not delete it with an incomplete run.

@@ -3,8 +3,9 @@
 python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
                 --checkpoint results/checkpoints/<study>/<run>.pt [--gc {freeze,default}]
 
-Rank 0 writes the run's result (every seed's) to `<run-dir>/worker.json`; a rank that fails writes
-`<run-dir>/error-rank<N>.json` (the supervisor names the first as the run's reason).
+Rank 0 writes the run's result (every seed's) to `<run-dir>/worker.json` (protocol.RESULT); a
+rank that fails writes `<run-dir>/error-rank<N>.json` (the supervisor names the first as the
+run's reason).
 `--gc` is the garbage collector's policy (training/collector.py; train.py applies its first
 part before its imports). Importing this module is cheap: torch and the trainer are imported by
 `main`, after the process is tied to its launcher.
@@ -18,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from dmls import protocol
 from dmls.config.spec import RunSpec
 from dmls.files import write_json
-from dmls.supervisor import processes
 from dmls.training.collector import GarbageCollection
 
 
@@ -37,7 +38,7 @@ def main(imports_start: float, argv: list[str] | None = None) -> None:
     # Before importing torch takes seconds: tied to its launcher (a `kill -9` of torchrun must
     # not leave it training and writing checkpoints on its own), its stacks printed when it is
     # stopped, and its error left where the supervisor names the first as the run's reason.
-    with processes.as_rank(args.run_dir):
+    with protocol.as_rank(args.run_dir):
         from dmls.training import job
 
         spec = RunSpec.from_json(args.spec)
@@ -46,7 +47,7 @@ def main(imports_start: float, argv: list[str] | None = None) -> None:
         result = job.train(spec, args.data_dir, args.run_dir, args.checkpoint, collector)
         if result is not None:
             result["timing"]["import_s"] = imports
-            write_json(args.run_dir / "worker.json", result)
+            write_json(args.run_dir / protocol.RESULT, result)
     # Leave without interpreter finalization, as multiprocessing's children do. DDP keeps the
     # gloo process group alive past destroy_process_group(), so its worker threads still run
     # while Python finalizes; one that then drops the last reference to a collective's tensor
