@@ -25,14 +25,26 @@ def seed(value: float, time_s: float, epochs: int = 2, early: int | None = None)
         "final": {"train_loss": value, "train_accuracy": value, "test_loss": value,
                   "test_accuracy": value, "best_test_accuracy": value, "epochs_completed": epochs,
                   "stopped_early_epoch": early, "diverged_epoch": None},
-        "timing": {"train_time_s": time_s * epochs, "first_epoch_s": time_s,
-                   "steady_epoch_s": time_s, "samples_per_s": 100 / time_s},
+        "timing": {"setup_s": 0.5, "train_time_s": time_s * epochs, "eval_time_s": 0.1 * epochs,
+                   "checkpoint_time_s": 0.0, "fit_s": (time_s + 0.1) * epochs,
+                   "first_epoch_s": time_s, "steady_epoch_s": time_s,
+                   "samples_per_s": 100 / time_s},
         "peak_gpu_mem_allocated_bytes": None, "peak_gpu_mem_reserved_bytes": None,
+        "effective_precision": "fp32", "fp8_linear_layers": 0, "parameters": 10,
+        "step": {"requested": "eager", "mode": "eager", "compiled": False, "eager_reason": None},
+        "data": {"name": "tabular", "synthetic": True},
     }  # fmt: skip
 
 
+def job(seeds: list[dict]) -> dict:
+    """A job's result (record.new_job) of `seeds`."""
+    timing = dict(setup_s=1.0, process_group_s=0.1, fit_s=2.0, teardown_s=0.1, wall_time_s=3.1)
+    energy = dict(measured=False, reason="CPU", counts="", update_period_s=None)
+    return {"seeds": seeds, "timing": timing, "world_size": 1, "ranks": [], "energy": energy}
+
+
 def test_combine_gives_means_intervals_and_the_mean_curve_over_the_seeds_that_trained_it():
-    result = record.combine({"seeds": [seed(0.5, 1.0), seed(0.7, 3.0, epochs=3, early=3)]})
+    result = record.combine(job([seed(0.5, 1.0), seed(0.7, 3.0, epochs=3, early=3)]))
     summary = result["summary"]
     accuracy = summary["test_accuracy"]
     assert accuracy["mean"] == pytest.approx(0.6) and accuracy["n"] == 2
@@ -50,7 +62,7 @@ def test_combine_gives_means_intervals_and_the_mean_curve_over_the_seeds_that_tr
 
 
 def test_one_seed_has_its_values_and_no_interval():
-    result = record.combine({"seeds": [seed(0.5, 2.0)]})
+    result = record.combine(job([seed(0.5, 2.0)]))
     assert result["summary"]["test_accuracy"] == {
         "mean": 0.5, "n": 1, "std": None, "ci95_low": None, "ci95_high": None, "ci95": None,
     }  # fmt: skip
@@ -70,7 +82,7 @@ def test_the_runs_peak_and_each_gpus_peak_come_from_the_same_seed():
     beside 250.2 / 250.2 in the example report's A3)."""
     seeds = [gpu_seed(0, 250.2, [250.2, 250.0]), gpu_seed(1, 205.7, [205.7, 205.1]),
              gpu_seed(2, 206.0, [206.0, 205.9])]  # fmt: skip
-    memory = record.combine({"seeds": seeds})["memory"]
+    memory = record.combine(job(seeds))["memory"]
     assert memory["seed"] == 1
     assert memory["peak_gpu_mem_allocated_bytes"] == int(205.7 * MIB)
     assert memory["peak_gpu_mem_allocated_per_gpu_bytes"] == [int(205.7 * MIB), int(205.1 * MIB)]
@@ -80,7 +92,7 @@ def test_the_runs_peak_and_each_gpus_peak_come_from_the_same_seed():
 
 def test_a_kept_seed_is_not_the_first_seed_of_this_process():
     seeds = [gpu_seed(0, 300, [300], kept=True), gpu_seed(1, 280, [280]), gpu_seed(2, 250, [250])]
-    memory = record.combine({"seeds": seeds})["memory"]
+    memory = record.combine(job(seeds))["memory"]
     assert memory["first_seed_excess_bytes"] == int(280 * MIB) - int(250 * MIB)
     assert record.warm_seeds({"seeds": seeds}) == [2]
     assert record.timed_seeds({"seeds": seeds[:2]}) == [0, 1]  # no warm seed: every seed
@@ -115,6 +127,18 @@ def test_a_valid_record_is_written_and_read_back(tmp_path):
         (lambda m: m["seeds"][0]["history"][0].update(test_accuracy=1.5),
          "seeds/0/history/0/test_accuracy: 1.5 is greater than the maximum of 1"),
         (lambda m: m.update(metrics_version=2), "metrics version 2, this pipeline reads 3"),
+        # The schema is closed, at the top and in a seed: a key it doesn't declare is an error.
+        (lambda m: m.update(note="hi"),
+         "(top): Additional properties are not allowed ('note' was unexpected)"),
+        (lambda m: m["seeds"][0].update(peak_mib=3),
+         "seeds/0: Additional properties are not allowed ('peak_mib' was unexpected)"),
+        # Impossible values of the right type.
+        (lambda m: m["summary"]["test_accuracy"].update(mean=1.7),
+         "summary/test_accuracy: {"),
+        (lambda m: m["summary"].update(n_finished=5), "summary/n_finished: 5 of 2 seeds"),
+        (lambda m: m["seeds"].append(copy.deepcopy(m["seeds"][0])),
+         "seeds: 3 seeds, but the spec asks for 2"),
+        (lambda m: m["launch"].update(isolation="shared"), "launch/isolation: 'shared' is not one of"),
     ],
 )  # fmt: skip
 def test_a_parseable_but_damaged_record_is_named_with_what_is_wrong(tmp_path, damage, named):
@@ -153,7 +177,7 @@ def test_a_steps_memory_comes_from_the_runs_warm_seed():
                  "step_gpu_mem_bytes": 100 * MIB}  # fmt: skip
     seeds[1] |= {"gpu_mem_before_step_bytes": 150 * MIB,
                  "step_gpu_mem_bytes": 55 * MIB}  # fmt: skip
-    memory = record.combine({"seeds": seeds})["memory"]
+    memory = record.combine(job(seeds))["memory"]
     assert memory["seed"] == 1
     assert memory["gpu_mem_before_step_bytes"] == 150 * MIB
     assert memory["step_gpu_mem_bytes"] == 55 * MIB
@@ -163,13 +187,13 @@ def test_a_diverged_seed_never_enters_a_mean():
     """With a NaN drill on seed 1, runs.csv gave test accuracy 0.380 ± 0.710: the diverged
     seed's 0.051 was in the mean."""
     diverged = seed(0.051, 1.0) | {"seed": 1, "status": "diverged", "reason": "non-finite loss"}
-    combined = record.combine({"seeds": [seed(0.71, 1.0), diverged]})
+    combined = record.combine(job([seed(0.71, 1.0), diverged]))
     assert combined["summary"]["n_finished"] == 1
     assert combined["summary"]["test_accuracy"]["mean"] == pytest.approx(0.71)
     assert combined["summary"]["test_accuracy"]["ci95"] is None  # one seed: no interval
     assert combined["final"]["test_accuracy"] == pytest.approx(0.71)
     assert [row["n_seeds"] for row in combined["history"]] == [1, 1]
-    everything_diverged = record.combine({"seeds": [diverged]})
+    everything_diverged = record.combine(job([diverged]))
     assert everything_diverged["summary"]["test_accuracy"] is None
     assert everything_diverged["history"] == []
 
@@ -179,13 +203,13 @@ def test_the_validation_curve_is_averaged_over_the_seeds_like_the_test_curve():
     for s, value in zip(seeds, (0.4, 0.6), strict=True):
         for row in s["history"]:
             row |= {"val_loss": value + 1, "val_accuracy": value}
-    first = record.combine({"seeds": seeds})["history"][0]
+    first = record.combine(job(seeds))["history"][0]
     assert first["val_loss"] == pytest.approx(1.5) and first["val_accuracy"] == pytest.approx(0.5)
     # As for the test loss: t(0.975, 1) × s/√2 = 12.7062 × 0.1.
     for key in ("val_loss_ci95", "val_accuracy_ci95", "test_loss_ci95"):
         assert first[key] == pytest.approx(12.7062 * 0.1, rel=1e-4), key
     # Without a validation split the columns are there, empty.
-    plain = record.combine({"seeds": [seed(0.5, 1.0)]})["history"][0]
+    plain = record.combine(job([seed(0.5, 1.0)]))["history"][0]
     assert (plain["val_loss"], plain["val_accuracy"], plain["val_loss_ci95"]) == (None,) * 3
 
 

@@ -92,7 +92,7 @@ def test_no_earlier_seed_is_alive_when_the_next_seed_starts(tmp_path, tabular_di
 
 
 def test_throughput_is_the_steady_epochs_not_the_warm_up_s():
-    from dmls.training.results import epoch_times, throughput
+    from dmls.record import epoch_times, throughput
 
     # Seed 0 of a graph-step run: the first epoch captures the graph.
     warm = epoch_times([{"train_time_s": t} for t in (6.6, 0.20, 0.18)])

@@ -40,6 +40,7 @@ def fake_metrics(
     """A metrics.json as dmls.supervisor.supervise writes it, with chosen numbers;
     `eager_reason`: the run trained eagerly for this reason (else from a CUDA graph, unless it
     asked for eager)."""
+    spec_overrides.setdefault("seeds", len(spread))
     spec = make_spec(study=study, run=run, **spec_overrides).to_dict()
     processes = spec["nodes"] * spec["nproc_per_node"] if spec["launcher"] != "dp" else 1
     replicas = spec["nodes"] * spec["nproc_per_node"]
@@ -109,30 +110,29 @@ def fake_metrics(
         fake_seed(k, history, samples_per_s, gpu_mib, f, gpus=processes)
         for k, f in enumerate(spread)
     ]
+    step = {
+        "requested": spec["step"],
+        "compiled": False,
+        "mode": "eager" if eager_reason or spec["step"] == "eager" else "cuda_graph",
+        "eager_reason": eager_reason or ("step: eager" if spec["step"] == "eager" else None),
+    }
+    data = {"name": "cifar10", "synthetic": False, "source": "torchvision",
+            "input_shape": [3, 32, 32]}  # fmt: skip
+    for s in seeds:
+        s |= {"effective_precision": spec["precision"], "fp8_linear_layers": 0,
+              "parameters": 1000, "step": step, "data": data}  # fmt: skip
+    wall = sum(s["timing"]["train_time_s"] for s in seeds) + 5
     job = {
         "seeds": seeds,
-        "timing": {
-            "train_time_s": sum(s["timing"]["train_time_s"] for s in seeds),
-            "eval_time_s": 1.0,
-            "wall_time_s": sum(s["timing"]["train_time_s"] for s in seeds) + 5,
-        },
-        "effective_precision": spec["precision"],
-        "step": {
-            "requested": spec["step"],
-            "compiled": False,
-            "mode": "eager" if eager_reason or spec["step"] == "eager" else "cuda_graph",
-            "eager_reason": eager_reason or ("step: eager" if spec["step"] == "eager" else None),
-        },
-        "data": {
-            "name": "cifar10",
-            "synthetic": False,
-            "source": "torchvision",
-            "input_shape": [3, 32, 32],
-        },
+        "timing": dict(
+            setup_s=2.0, process_group_s=0.1, fit_s=wall - 5, teardown_s=3.0, wall_time_s=wall
+        ),
+        "world_size": processes,
         "ranks": [
             {"rank": r, "hostname": "h", "gpus": gpus, "peak_host_rss_bytes": 2000 * MIB}
             for r in range(processes)
         ],
+        "energy": dict(measured=False, reason="a fake run", counts="GPU", update_period_s=None),
     }
     return metrics | record.combine(job)
 
@@ -173,7 +173,11 @@ def fake_seed(
             "diverged_epoch": None,
         },
         "timing": {
+            "setup_s": 0.5,
             "train_time_s": train_time,
+            "eval_time_s": sum(h["eval_time_s"] for h in history),
+            "checkpoint_time_s": 0.0,
+            "fit_s": train_time + sum(h["eval_time_s"] for h in history),
             "first_epoch_s": history[0]["train_time_s"],
             "steady_epoch_s": history[-1]["train_time_s"],
             "samples_per_s": samples_per_s / factor,

@@ -2,7 +2,8 @@
 
 import torch
 
-from dmls.training.results import StepMemory, epoch_times
+from dmls.record import epoch_times
+from dmls.training.results import StepMemory
 
 
 def test_the_steady_epoch_is_the_median_after_the_warm_up_epoch():

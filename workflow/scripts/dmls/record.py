@@ -1,7 +1,12 @@
-"""The run record: the shape of a run's metrics.json, and the one place that combines its seeds.
+"""The run record: the shape of a run's metrics.json, the one place that builds it and combines
+its seeds, and the one place that reads it.
 
-A job trains every seed of a run in one process (training/job.py) and hands back each seed's
-result; `combine` adds what the run says as a whole, and every reader (aggregation, the study
+The record is filled in from two sides. The rank that trains (training/results.py) measures a
+seed and hands its numbers to `new_seed`, which gives them their keys; the job hands back its
+seeds and its own facts (`new_job`). The supervisor (supervisor/supervise.py) fills in the
+envelope through a `Builder`: what was asked (spec), where (host, Slurm, reservation), how it was
+started (launch) and how it ended; `Builder.trained` adds the job's result with its seeds
+combined by `combine`, the one function that combines them. Every reader (aggregation, the study
 tables, figures, observations, the compare page) asks this module for a run's number rather
 than combining seeds itself:
 
@@ -14,21 +19,28 @@ than combining seeds itself:
 - times and energy to a target accuracy from the seeds of a warm process (`timed_seeds`): the
   first seed of a process also pays the process's one-time warm-up in its first epoch.
 
-The file's shape is metrics.schema.json (JSON Schema, versioned by VERSION), checked when a
-record is written and when it is read. Importing this module pulls neither torch nor pandas.
+The file's shape is metrics.schema.json (JSON Schema, versioned by VERSION; closed: a key it
+does not declare is an error), checked when a record is written and when it is read, with the
+bounds a schema can't state (`bounds`). Importing this module pulls neither torch nor pandas.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
+import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from dmls import stats
 from dmls.files import atomic_write, json_text, read_json
+
+if TYPE_CHECKING:
+    from dmls.config.spec import RunSpec
 
 VERSION = 3
 SCHEMA_PATH = Path(__file__).with_name("metrics.schema.json")
@@ -82,7 +94,29 @@ def problems(record: Any) -> list[str]:
     if isinstance(record, dict) and record.get("metrics_version") != VERSION:
         return [f"metrics version {record.get('metrics_version')}, this pipeline reads {VERSION}"]
     errors = sorted(_validator().iter_errors(record), key=lambda e: list(e.absolute_path))
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors]
+    found = [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors]
+    return found or bounds(record)
+
+
+def bounds(record: dict[str, Any]) -> list[str]:
+    """What a schema can't say of a valid record: no more seeds than the spec asks for, no more
+    finished seeds than seeds, no mean over more seeds than finished."""
+    seeds, asked = record.get("seeds"), record["spec"].get("seeds")
+    found = []
+    if seeds is not None and isinstance(asked, int) and len(seeds) > asked:
+        found.append(f"seeds: {len(seeds)} seeds, but the spec asks for {asked}")
+    summary = record.get("summary")
+    if summary is None or seeds is None:
+        return found
+    if summary["n_finished"] > len(seeds):
+        found.append(f"summary/n_finished: {summary['n_finished']} of {len(seeds)} seeds")
+    for metric, estimate in summary.items():
+        if isinstance(estimate, dict) and estimate["n"] > summary["n_finished"]:
+            found.append(
+                f"summary/{metric}/n: {estimate['n']}, more than the "
+                f"{summary['n_finished']} seeds that finished"
+            )
+    return found
 
 
 def rebuild_hint(path: Path) -> str:
@@ -111,6 +145,138 @@ def write(path: Path, record: dict[str, Any]) -> None:
     if found := problems(json.loads(text)):
         raise RecordError(f"{path}: the record to write breaks its schema: {'; '.join(found[:3])}")
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+# --- Building the record ---------------------------------------------------------------------
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def steady(per_epoch: Sequence[float]) -> float | None:
+    """The steady epoch's value: the median of epochs 2..E (None with fewer than two epochs:
+    every epoch there was also a warm-up)."""
+    return statistics.median(per_epoch[1:]) if len(per_epoch) > 1 else None
+
+
+def epoch_times(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The first epoch's training seconds, and the steady epoch's (`steady`)."""
+    seconds = [h["train_time_s"] for h in history]
+    return {"first_epoch_s": seconds[0] if seconds else None, "steady_epoch_s": steady(seconds)}
+
+
+def throughput(n_train: int, epochs: Mapping[str, float | None]) -> float | None:
+    """Training samples per second of the steady epoch (of the only epoch, when there is one).
+    Not over the whole training: its first epoch pays the warm-up (graph capture, compiling),
+    mostly in a job's first seed, so an interval over the seeds would measure the warm-up, not
+    the run (docs/performance.md, "The first seed's warm-up")."""
+    seconds = epochs["steady_epoch_s"] or epochs["first_epoch_s"]
+    return n_train / seconds if seconds else None
+
+
+def new_seed(
+    seed: int,
+    outcome: Mapping[str, Any],
+    *,
+    n_train: int,
+    setup_s: float,
+    fit_s: float,
+    peaks: Sequence[tuple[int, int]],
+    step_memory: Sequence[tuple[int, int]],
+    energy: dict[str, Any] | None,
+    effective_precisions: Sequence[str],
+    fp8_linear_layers: int,
+    parameters: int | None,
+    step: dict[str, Any],
+    data: dict[str, Any],
+) -> dict[str, Any]:
+    """One seed's record from `Trainer.fit`'s outcome (its status, reason, history, the epochs
+    it stopped early or diverged at, resumed from, spent checkpointing) and what the rank
+    measured: `peaks` every GPU's (allocated, reserved) peak during the seed, `step_memory`
+    every GPU's (bytes held as the first step began, the steady steps' peak above them)."""
+    history = outcome["history"]
+    last = history[-1] if history else {}
+    epochs = epoch_times(history)
+    return {
+        "seed": seed,
+        "status": outcome["status"],
+        "reason": outcome["reason"],
+        "history": history,
+        "final": {
+            **{m: last.get(m) for m in FINAL_METRICS[:4]},
+            "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
+            "epochs_completed": len(history),
+            "stopped_early_epoch": outcome["stopped_early_epoch"],
+            "diverged_epoch": outcome["diverged_epoch"],
+        },
+        "resumed_from_epoch": outcome["resumed_from_epoch"],
+        # Finished in an earlier attempt of the job (killed during a later seed) and kept.
+        "kept": False,
+        # Where the seed's seconds went: building its trainer (model, optimizer, loaders, step),
+        # then the epochs (train, eval, checkpoints).
+        "timing": {
+            "setup_s": setup_s,
+            "train_time_s": sum(h["train_time_s"] for h in history),
+            "eval_time_s": sum(h["eval_time_s"] for h in history),
+            "checkpoint_time_s": outcome["checkpoint_time_s"],
+            "fit_s": fit_s,
+            # The first epoch also pays for warm-up (cuDNN autotuning, graph capture, compiling);
+            # the steady epoch, the median of the later ones, is what runs compare on.
+            **epochs,
+            "samples_per_s": throughput(n_train, epochs),
+        },
+        # The largest over the job's GPUs (None on CPUs), and each GPU's, rank by rank.
+        "peak_gpu_mem_allocated_bytes": max((a for a, _ in peaks), default=None),
+        "peak_gpu_mem_reserved_bytes": max((r for _, r in peaks), default=None),
+        "peak_gpu_mem_allocated_per_gpu_bytes": [a for a, _ in peaks],
+        # What a step adds above what the GPUs held as it began, and that (StepMemory): the
+        # largest over the GPUs.
+        "gpu_mem_before_step_bytes": max((held for held, _ in step_memory), default=None),
+        "step_gpu_mem_bytes": max((rise for _, rise in step_memory), default=None),
+        # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
+        "energy": energy,
+        "effective_precision": "/".join(sorted(set(effective_precisions))),
+        "fp8_linear_layers": fp8_linear_layers,
+        # The model's parameters (whole, however the strategy shards them): what DDP
+        # all-reduces per step is 4 bytes each (A5's prediction from the collectives sweep).
+        "parameters": parameters,
+        "step": step,
+        # The prepared data's identity (its arrays' SHA-256) and sizes: runs compare only on
+        # the same.
+        "data": data,
+    }
+
+
+def new_job(
+    seeds: list[dict[str, Any]],
+    *,
+    times: Mapping[str, float],
+    world_size: int,
+    ranks: list[dict[str, Any]],
+    energy: dict[str, Any],
+) -> dict[str, Any]:
+    """What a job hands back (rank 0, through protocol.RESULT): every seed's record
+    (`new_seed`), how the job's own seconds went, and where its ranks ran. `times` holds
+    perf_counter stamps: `start`, `joined` (the process group), `fit_start` (the first seed's
+    trainer built), `fit_end` (the last seed done) and `end`; the worker adds `import_s`.
+    `combine` makes the run's numbers of it."""
+    return {
+        "seeds": seeds,
+        # Where the job's seconds went, in order: joining the process group, loading the data
+        # and building the first seed's trainer (setup); the seeds' epochs and the later seeds'
+        # trainers (fit); gathering the results, saving and leaving the group (teardown).
+        "timing": {
+            "setup_s": times["fit_start"] - times["start"],
+            "process_group_s": times["joined"] - times["start"],  # of setup: NCCL's init
+            "fit_s": times["fit_end"] - times["fit_start"],
+            "teardown_s": times["end"] - times["fit_end"],
+            "wall_time_s": times["end"] - times["start"],
+        },
+        "world_size": world_size,
+        "ranks": ranks,
+        "energy": energy,
+    }
 
 
 # --- One seed ------------------------------------------------------------------------------
@@ -243,22 +409,126 @@ def timed_history(record: dict[str, Any]) -> list[dict[str, Any]]:
     return mean_history([record["seeds"][k] for k in timed_seeds(record)])
 
 
-def combine(result: dict[str, Any]) -> dict[str, Any]:
-    """The job's result with its seeds combined: `summary`, `memory`, the mean `final` and the
-    mean `history`."""
-    seeds = result["seeds"]
+def combine(job: dict[str, Any]) -> dict[str, Any]:
+    """The one place a job's seeds are combined: how the run ended (diverged when a seed did,
+    and which), the seconds its fresh seeds took, the precisions its layers really ran, what
+    every seed shares (the step, the data, the model's size), and the run's numbers: `summary`
+    (means and intervals), `memory` (the warm peak), the mean `final` and the mean `history`.
+    A seed kept from an earlier attempt trained in another process: its seconds are not this
+    job's."""
+    seeds = job["seeds"]
+    fresh = [s for s in seeds if not s["kept"]]
+    diverged = [s for s in seeds if s["status"] != "ok"]
+    first = seeds[0]
     means = summary(seeds)
     final = {m: (means[m] or {}).get("mean") for m in FINAL_METRICS}
     final |= {
         "stopped_early_epochs": [s["final"]["stopped_early_epoch"] for s in seeds],
         "diverged_epochs": [s["final"]["diverged_epoch"] for s in seeds],
     }
-    return result | {
-        "summary": means,
-        "memory": warm_peak(seeds),
-        "final": final,
-        "history": mean_history(seeds),
-    }
+    sums = ("train_time_s", "eval_time_s", "checkpoint_time_s")
+    return (
+        job
+        | {
+            "status": "diverged" if diverged else "ok",
+            "reason": "; ".join(
+                s["reason"] if len(seeds) == 1 else f"seed {s['seed']}: {s['reason']}"
+                for s in diverged
+            )
+            or None,
+            "timing": job["timing"]
+            | {key: sum(s["timing"][key] for s in fresh) for key in sums}
+            # Building the trainers of the seeds after the first (part of fit).
+            | {"seed_setup_s": sum(s["timing"]["setup_s"] for s in seeds[1:] if not s["kept"])},
+            "effective_precision": "/".join(
+                sorted({p for s in seeds for p in s["effective_precision"].split("/") if p})
+            ),
+            "fp8_linear_layers": first["fp8_linear_layers"],
+            "parameters": first.get("parameters"),  # (None in a seed kept from an older version)
+            "step": first["step"],
+            "data": first["data"],
+            "summary": means,
+            "memory": warm_peak(seeds),
+            "final": final,
+            "history": mean_history(seeds),
+        }
+    )
+
+
+class Builder:
+    """A run's record as the supervisor fills it in, in the order it learns it: what was asked
+    and where (`__init__`), the Slurm job, the cores and GPUs it reserved, how it was launched,
+    how the launchers exited; then how it ended: `ended` (skipped, failed) or `trained` (the
+    job's result, combined). `finish` stamps and writes it."""
+
+    def __init__(
+        self, spec: RunSpec, *, device: str, host: dict[str, Any], nodes_emulated: bool
+    ) -> None:
+        self.record: dict[str, Any] = {
+            "metrics_version": VERSION,
+            "study": spec.study,
+            "run": spec.run,
+            "spec": spec.to_dict(),
+            "derived": {
+                "processes": spec.processes,
+                "replicas": spec.replicas,
+                "global_batch_size": spec.global_batch_size,
+                "device": device,
+                "nodes_emulated": nodes_emulated,
+            },
+            "host": host,
+            "slurm": None,
+            "started_at": now(),
+        }
+
+    def slurm(self, job_id: str, nodes: Sequence[str], *, nodes_emulated: bool) -> None:
+        self.record["slurm"] = {"job_id": job_id, "nodes": list(nodes)}
+        self.record["derived"]["nodes_emulated"] = nodes_emulated
+
+    def reserved(self, reservation: dict[str, Any]) -> None:
+        """The GPUs and cores a local run held (supervisor/slots.py)."""
+        self.record["reserved"] = reservation
+
+    def launched(
+        self,
+        commands: Sequence[Any],
+        *,
+        threads: int,
+        isolation: str,
+        load_average_before: Sequence[float],
+        fault: str | None,
+        runtime: Mapping[str, Any],
+    ) -> None:
+        """How the run was started: each launcher command's argv and environment, the threads
+        it may use, what it shared with other jobs (config `isolation`), the host's load as it
+        began, the fault drill it got, the config's `runtime`."""
+        self.record["launch"] = {
+            "commands": [c.argv for c in commands],
+            "env": [c.env for c in commands],
+            "threads": threads,
+            "isolation": isolation,
+            "load_average_before": list(load_average_before),
+            "fault": fault,
+            "runtime": dict(runtime),
+        }
+
+    def exited(self, exit_codes: Sequence[int], seconds: float) -> None:
+        self.record["launch"] |= {"exit_codes": list(exit_codes), "seconds": seconds}
+
+    def ended(self, status: str, reason: str) -> dict[str, Any]:
+        """The record of a run that did not train: skipped or failed, and why."""
+        return self.record | {"status": status, "reason": reason}
+
+    def trained(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The record of a run that trained: the job's result (`new_job`), combined."""
+        return self.record | combine(job)
+
+
+def finish(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Stamp the record's end and write it (`write`)."""
+    record["finished_at"] = now()
+    write(path, record)
+    return record
 
 
 def value(record: dict[str, Any], metric: str) -> tuple[float | None, float | None]:

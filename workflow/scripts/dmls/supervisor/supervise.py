@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import datetime as dt
 import os
 import signal
 from collections.abc import Iterator, Mapping
@@ -53,10 +52,6 @@ class RunInterrupted(RuntimeError):
     full disk); the job fails without a result, so that a rerun resumes."""
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
 def run(
     spec: RunSpec, *, checkpoint_path: Path, lock: bool = True, **settings: Any
 ) -> dict[str, Any]:
@@ -83,17 +78,7 @@ def _run(
     epoch; write `<run_dir>/metrics.json` and return its content. The host is probed once per
     boot into `host_cache` (supervisor/hardware.py `host_facts`), or in this process when
     None. `runtime` is the config's: how the job's Python processes run."""
-    fault = Fault.from_env()  # a mistyped drill stops here, before anything starts
-    if (
-        fault
-        and fault.targets(spec.run_id)
-        and (
-            problem := fault.cannot_fire(
-                spec.processes, spec.epochs, [s.seed for s in spec.seed_specs()]
-            )
-        )
-    ):
-        raise ValueError(f"{spec.run_id}: {problem}")
+    fault = _fault_for(spec)  # a mistyped drill, or one that can't fire, stops here
     run_dir.mkdir(parents=True, exist_ok=True)
     # Files a previous attempt may have left; Snakemake only removes the declared output.
     protocol.clear_reports(run_dir)
@@ -102,39 +87,24 @@ def _run(
     host, software = (
         host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
     )
-    record: dict[str, Any] = {
-        "metrics_version": run_record.VERSION,
-        "study": spec.study,
-        "run": spec.run,
-        "spec": spec.to_dict(),
-        "derived": {
-            "processes": spec.processes,
-            "replicas": spec.replicas,
-            "global_batch_size": spec.global_batch_size,
-            "device": resolved_device(spec, host),
-            "nodes_emulated": spec.nodes > 1,
-        },
-        "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **software},
-        "slurm": None,
-        "started_at": _now(),
-    }
+    built = run_record.Builder(
+        spec, device=resolved_device(spec, host), nodes_emulated=spec.nodes > 1,
+        host={"hostname": host.hostname, "gpus": list(host.cuda_devices), **software},
+    )  # fmt: skip
+    metrics = run_dir / "metrics.json"
     try:
         slurm = SlurmJob.current()
     except SlurmError as e:
         reason = f"can't tell the nodes of Slurm job {os.environ['SLURM_JOB_ID']}: {e}"
-        print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
-        return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
+        return _end(metrics, built, "failed", reason, log, strict)
     # Nodes of this Slurm allocation run one agent each; otherwise all are emulated here.
     srun = slurm is not None and slurm.hosts(spec)
     if slurm:
-        record["slurm"] = {"job_id": slurm.job_id, "nodes": list(slurm.nodes)}
-        record["derived"]["nodes_emulated"] = spec.nodes > 1 and not srun
-
+        built.slurm(slurm.job_id, slurm.nodes, nodes_emulated=spec.nodes > 1 and not srun)
     nodes_here = 1 if srun else spec.nodes
     reason = missing_requirement(spec, host, nodes_here=nodes_here) or _data_problem(spec, data_dir)
     if reason:
-        print(f"SKIPPED {spec.run_id}: {reason}", file=log, flush=True)
-        return _finish(run_dir, record | {"status": "skipped", "reason": reason}, strict)
+        return _end(metrics, built, "skipped", reason, log, strict)
 
     # A local timed run holds its GPUs and cores, so runs can go side by side without sharing
     # either (dmls/supervisor/slots.py); in a Slurm job the allocation is the run's already.
@@ -149,53 +119,100 @@ def _run(
                     on_wait=lambda line: print(line, file=log, flush=True),
                 )
             )
-            record["reserved"] = reservation.to_dict()
-        port = slurm.rendezvous_port if srun else launch.free_port()
-        worker_args = [
-            "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-            "--checkpoint", str(checkpoint_path), "--gc", runtime["gc"],
-        ]  # fmt: skip
-        commands = launch.build_commands(
-            spec, worker_args, device=record["derived"]["device"], port=port, threads=threads,
-            srun=srun,
+            built.reserved(reservation.to_dict())
+        commands = _commands(
+            spec, run_dir, data_dir, checkpoint_path, device=built.record["derived"]["device"],
+            port=slurm.rendezvous_port if srun else launch.free_port(), threads=threads,
+            srun=srun, runtime=runtime,
         )  # fmt: skip
-        if runtime["bytecode_cache"]:
-            cache = bytecode.environment()
-            commands = [dataclasses.replace(c, env=c.env | cache) for c in commands]
-        record["launch"] = {
-            "commands": [c.argv for c in commands],
-            "env": [c.env for c in commands],
-            "threads": threads,
-            # What the run shared with other jobs of this host (config `isolation`).
-            "isolation": isolation,
-            "load_average_before": os.getloadavg(),
-            "fault": os.environ[protocol.ENV] if fault and fault.targets(spec.run_id) else None,
-            "runtime": dict(runtime),
-        }
+        built.launched(
+            commands, threads=threads, isolation=isolation,
+            load_average_before=os.getloadavg(),
+            fault=os.environ[protocol.ENV] if fault else None, runtime=runtime,
+        )  # fmt: skip
         exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
-        record["launch"] |= {"exit_codes": exit_codes, "seconds": seconds}
+        built.exited(exit_codes, seconds)
+        return _collect(spec, built, run_dir, checkpoint_path, exit_codes, first_failure, log,
+                        strict)  # fmt: skip
 
-        interrupted = _interruption(spec, first_failure, run_dir, checkpoint_path)
-        if interrupted is not None:
-            print(f"INTERRUPTED {interrupted}", file=log, flush=True)
-            raise RunInterrupted(interrupted)
-        if any(exit_codes) or not (run_dir / protocol.RESULT).exists():
-            launcher_output = Path(log.name).read_text(errors="replace")
-            reason = processes.failure_reason(
-                run_dir, exit_codes, launcher_output, Path(log.name).name
-            )
-            print(f"FAILED {spec.run_id}: {reason}", file=log, flush=True)
-            # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
-            return _finish(run_dir, record | {"status": "failed", "reason": reason}, strict)
 
-        result = run_record.combine(read_json(run_dir / protocol.RESULT))
-        (run_dir / protocol.RESULT).unlink()
-        _write_history(run_dir / "history.csv", result["seeds"])
-        record = _finish(run_dir, record | result, strict)
-        # Only now, with its result on disk: the run has ended, nothing is left to resume.
-        for path in spec.seed_checkpoints(checkpoint_path):
-            path.unlink(missing_ok=True)
-        return record
+def _fault_for(spec: RunSpec) -> Fault | None:
+    """The fault drill `DMLS_FAULT` asks of this run, None when none; ValueError when the
+    variable is mistyped or the drill can't fire in this run."""
+    fault = Fault.from_env()
+    if fault is None or not fault.targets(spec.run_id):
+        return None
+    seeds = [s.seed for s in spec.seed_specs()]
+    if problem := fault.cannot_fire(spec.processes, spec.epochs, seeds):
+        raise ValueError(f"{spec.run_id}: {problem}")
+    return fault
+
+
+def _commands(
+    spec: RunSpec,
+    run_dir: Path,
+    data_dir: Path,
+    checkpoint_path: Path,
+    *,
+    device: str,
+    port: int,
+    threads: int,
+    srun: bool,
+    runtime: Mapping[str, Any],
+) -> list[launch.Command]:
+    """The launcher commands that start the run's ranks, each with its environment."""
+    worker_args = [
+        "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+        "--checkpoint", str(checkpoint_path), "--gc", runtime["gc"],
+    ]  # fmt: skip
+    commands = launch.build_commands(
+        spec, worker_args, device=device, port=port, threads=threads, srun=srun
+    )
+    if runtime["bytecode_cache"]:
+        cache = bytecode.environment()
+        commands = [dataclasses.replace(c, env=c.env | cache) for c in commands]
+    return commands
+
+
+def _collect(
+    spec: RunSpec,
+    built: run_record.Builder,
+    run_dir: Path,
+    checkpoint_path: Path,
+    exit_codes: list[int],
+    first_failure: int | None,
+    log: IO[str],
+    strict: bool,
+) -> dict[str, Any]:
+    """The run's record once its launchers have exited: trained (the rank's result), failed
+    (the reason names the rank that caused it), or interrupted (no record: a rerun resumes)."""
+    interrupted = _interruption(spec, first_failure, run_dir, checkpoint_path)
+    if interrupted is not None:
+        print(f"INTERRUPTED {interrupted}", file=log, flush=True)
+        raise RunInterrupted(interrupted)
+    result = run_dir / protocol.RESULT
+    if any(exit_codes) or not result.exists():
+        launcher_output = Path(log.name).read_text(errors="replace")
+        reason = processes.failure_reason(run_dir, exit_codes, launcher_output, Path(log.name).name)
+        # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
+        return _end(run_dir / "metrics.json", built, "failed", reason, log, strict)
+    record = built.trained(read_json(result))
+    result.unlink()
+    _write_history(run_dir / "history.csv", record["seeds"])
+    record = _finish(run_dir / "metrics.json", record, strict)
+    # Only now, with its result on disk: the run has ended, nothing is left to resume.
+    for path in spec.seed_checkpoints(checkpoint_path):
+        path.unlink(missing_ok=True)
+    return record
+
+
+def _end(
+    path: Path, built: run_record.Builder, status: str, reason: str, log: IO[str], strict: bool
+) -> dict[str, Any]:
+    """Record a run that did not train (skipped, failed) and say so in its log."""
+    print(f"{status.upper()} {built.record['study']}/{built.record['run']}: {reason}",
+          file=log, flush=True)  # fmt: skip
+    return _finish(path, built.ended(status, reason), strict)
 
 
 class RunBusy(RuntimeError):
@@ -285,9 +302,8 @@ def _write_history(path: Path, seeds: list[dict[str, Any]]) -> None:
         writer.writerows({"seed": s["seed"]} | row for s in seeds for row in s["history"])
 
 
-def _finish(run_dir: Path, record: dict[str, Any], strict: bool) -> dict[str, Any]:
-    record["finished_at"] = _now()
-    run_record.write(run_dir / "metrics.json", record)
+def _finish(path: Path, record: dict[str, Any], strict: bool) -> dict[str, Any]:
+    run_record.finish(path, record)
     if strict and record["status"] in ("skipped", "failed"):
         raise RunFailed(f"{record['study']}/{record['run']} {record['status']}: {record['reason']}")
     return record

@@ -4,7 +4,7 @@
 the launcher prepared, opens the energy meter and settles the garbage collector
 (training/collector.py) once; then each seed gets a `Trainer` of its own (training/trainer.py),
 resumes from its own checkpoint or is kept when an earlier attempt finished it, and the job
-returns its result (training/results.py).
+returns its result (record.new_job, from the seeds training/results.py measured).
 """
 
 from __future__ import annotations
@@ -17,17 +17,13 @@ from typing import Any
 
 import torch
 
+from dmls import record
 from dmls.config.spec import RunSpec
 from dmls.data.loaders import load_manifest
-from dmls.training import checkpoint, energy
+from dmls.training import checkpoint, energy, results
 from dmls.training.collector import GarbageCollection
 from dmls.training.parallel import Process, SingleDevice, strategy_for
-from dmls.training.results import (
-    job_result,
-    rank_facts,
-    reset_gpu_peaks,
-    seed_result,
-)
+from dmls.training.results import rank_facts, reset_gpu_peaks, seed_result
 from dmls.training.trainer import Trainer
 
 
@@ -75,18 +71,14 @@ def train(
             times["fit_start"] = fit_start if kept is None else time.perf_counter()
     times["fit_end"] = time.perf_counter()
     ranks = process.gather(rank_facts(process, gpus))
-    result = None
-    if process.is_main:
-        result = job_result(
-            seeds, times=times, world_size=process.world_size, ranks=ranks, no_energy=no_energy,
-            energy_period_s=getattr(meter, "update_period_s", None),
-        )  # fmt: skip
     strategy.close()
-    if result is not None:
-        end = time.perf_counter()
-        teardown = {"teardown_s": end - times["fit_end"], "wall_time_s": end - times["start"]}
-        result["timing"] |= teardown
-    return result
+    if not process.is_main:
+        return None
+    times["end"] = time.perf_counter()
+    job_energy = results.job_energy(no_energy, getattr(meter, "update_period_s", None))
+    return record.new_job(
+        seeds, times=times, world_size=process.world_size, ranks=ranks, energy=job_energy
+    )
 
 
 def _train_seed(

@@ -1,5 +1,6 @@
-"""What a run reports: each rank's facts, and the result rank 0 hands to the supervisor
-(supervisor/supervise.py writes it into the run's metrics.json)."""
+"""What a rank measures for the run's record: where it ran, its GPUs' memory (`StepMemory`), a
+seed's energy; rank 0 hands each seed's numbers to record.new_seed, which gives them their keys
+(dmls/record.py builds the record; supervisor/supervise.py writes it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from dmls import record
 from dmls.data.loaders import Loaders
 from dmls.training import energy
 from dmls.training.parallel import Process
@@ -146,152 +148,47 @@ def seed_result(
     parameters: int | None = None,
     energy_period_s: float | None = None,
 ) -> dict[str, Any]:
-    """One seed's result from `Trainer.fit`'s outcome; `peaks` holds every rank's GPU peaks
-    during the seed (`StepMemory.seed_peaks`), `step_memory` every rank's `StepMemory.record`;
-    `energy_period_s` the energy counter's update period."""
-    history = outcome["history"]
-    n_train, n_test, manifest = loaders.n_train, loaders.n_test, loaders.manifest
-    train_time = sum(h["train_time_s"] for h in history)
-    last = history[-1] if history else {}
-    allocated = [a for rank in peaks for a, _ in rank.values()]
-    reserved = [r for rank in peaks for _, r in rank.values()]
-    held = [before for rank in step_memory or [] for before, _ in rank.values()]
-    above = [rise for rank in step_memory or [] for _, rise in rank.values()]
-    epochs = epoch_times(history)
-    return {
-        "seed": seed,
-        "status": outcome["status"],
-        "reason": outcome["reason"],
-        "history": history,
-        "final": {
-            "train_loss": last.get("train_loss"),
-            "train_accuracy": last.get("train_accuracy"),
-            "test_loss": last.get("test_loss"),
-            "test_accuracy": last.get("test_accuracy"),
-            "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
-            "epochs_completed": len(history),
-            "stopped_early_epoch": outcome["stopped_early_epoch"],
-            "diverged_epoch": outcome["diverged_epoch"],
-        },
-        "resumed_from_epoch": outcome["resumed_from_epoch"],
-        # Finished in an earlier attempt of the job (killed during a later seed) and kept.
-        "kept": False,
-        # Where the seed's seconds went: building its trainer (model, optimizer, loaders, step),
-        # then the epochs (train, eval, checkpoints).
-        "timing": {
-            "setup_s": setup_s,
-            "train_time_s": train_time,
-            "eval_time_s": sum(h["eval_time_s"] for h in history),
-            "checkpoint_time_s": outcome["checkpoint_time_s"],
-            "fit_s": fit_s,
-            # The first epoch also pays for warm-up (cuDNN autotuning, graph capture, compiling);
-            # the steady epoch, the median of the later ones, is what runs compare on.
-            **epochs,
-            "samples_per_s": throughput(n_train, epochs),
-        },
-        # The largest over the job's GPUs (None on CPUs), and each GPU's, rank by rank.
-        "peak_gpu_mem_allocated_bytes": max(allocated, default=None),
-        "peak_gpu_mem_reserved_bytes": max(reserved, default=None),
-        "peak_gpu_mem_allocated_per_gpu_bytes": allocated,
-        # What a step adds above what the GPUs held as it began, and that (StepMemory): the
-        # largest over the GPUs.
-        "gpu_mem_before_step_bytes": max(held, default=None),
-        "step_gpu_mem_bytes": max(above, default=None),
-        # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
-        "energy": energy_summary(history, energy_period_s),
-        "effective_precision": "/".join(sorted(set(effective_precisions))),
-        "fp8_linear_layers": fp8_linear_layers,
-        # The model's parameters (whole, however the strategy shards them): what DDP
-        # all-reduces per step is 4 bytes each (A5's prediction from the collectives sweep).
-        "parameters": parameters,
-        "step": step,
-        # The prepared data's identity (its arrays' SHA-256): runs compare only on the same.
-        "data": {
-            k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape", "sha256")
-        }
+    """One seed's record (record.new_seed) from `Trainer.fit`'s outcome; `peaks` holds every
+    rank's GPU peaks during the seed (`StepMemory.seed_peaks`), `step_memory` every rank's
+    `StepMemory.record`; `energy_period_s` the energy counter's update period."""
+    manifest = loaders.manifest
+    return record.new_seed(
+        seed,
+        outcome,
+        n_train=loaders.n_train,
+        setup_s=setup_s,
+        fit_s=fit_s,
+        peaks=[peak for rank in peaks for peak in rank.values()],
+        step_memory=[memory for rank in step_memory or [] for memory in rank.values()],
+        energy=energy_summary(outcome["history"], energy_period_s),
+        effective_precisions=effective_precisions,
+        fp8_linear_layers=fp8_linear_layers,
+        parameters=parameters,
+        step=step,
+        data={k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape", "sha256")}
         | {
-            "n_train": n_train,
+            "n_train": loaders.n_train,
             # The last rows of the training arrays, held out (`validation_samples`; 0 = none).
             "n_validation": loaders.n_validation,
-            "n_test": n_test,
+            "n_test": loaders.n_test,
             # Samples per epoch that no step saw, over all ranks (each drops its ragged last
             # batch), and why.
             "train_samples_unseen_per_epoch": loaders.unseen_per_epoch
             * loaders.sampler.num_replicas,
             "train_samples_unseen_reason": loaders.unseen_reason,
         },
-    }
+    )
 
 
-def job_result(
-    seeds: list[dict[str, Any]],
-    *,
-    times: dict[str, float],
-    world_size: int,
-    ranks: list[dict[str, Any]],
-    no_energy: str | None = None,
-    energy_period_s: float | None = None,
-) -> dict[str, Any]:
-    """The job's result: every seed's (`seed_result`), and how the job's seconds went. `times`
-    holds perf_counter stamps: `start`, `joined` (the process group), `fit_start` (the first
-    seed's trainer built) and `fit_end` (the last seed done); `no_energy` why the GPUs' energy
-    was not measured (energy.agree), None when it was. The supervisor adds the seeds'
-    means and intervals (dmls/record.py)."""
-    diverged = [s for s in seeds if s["status"] != "ok"]
-    first = seeds[0]
+def job_energy(no_energy: str | None, energy_period_s: float | None) -> dict[str, Any]:
+    """Whether the job measured the GPUs' energy (`no_energy`: why not, energy.agree) and how
+    (rank 0's counter's update period, energy.update_period)."""
     return {
-        "status": "diverged" if diverged else "ok",
-        "reason": "; ".join(
-            s["reason"] if len(seeds) == 1 else f"seed {s['seed']}: {s['reason']}" for s in diverged
-        )
-        or None,
-        "seeds": seeds,
-        # Where the job's seconds went, in order: joining the process group, loading the data
-        # and building the first seed's trainer (setup); the seeds' epochs and the later seeds'
-        # trainers (fit); gathering the results, saving and leaving the group (teardown; it and
-        # the wall time are set by the caller, last). train.py adds the imports before it all.
-        "timing": {
-            "setup_s": times["fit_start"] - times["start"],
-            "process_group_s": times["joined"] - times["start"],  # of setup: NCCL's init
-            "fit_s": times["fit_end"] - times["fit_start"],
-            **{
-                key: sum(s["timing"][key] for s in seeds if not s["kept"])
-                for key in ("train_time_s", "eval_time_s", "checkpoint_time_s")
-            },
-            # Building the trainers of the seeds after the first (part of fit).
-            "seed_setup_s": sum(s["timing"]["setup_s"] for s in seeds[1:] if not s["kept"]),
-        },
-        "effective_precision": "/".join(
-            sorted({p for s in seeds for p in s["effective_precision"].split("/") if p})
-        ),
-        "fp8_linear_layers": first["fp8_linear_layers"],
-        "parameters": first.get("parameters"),  # (None in a seed kept from an older version)
-        "step": first["step"],
-        "data": first["data"],
-        "world_size": world_size,
-        "ranks": ranks,
-        "energy": {
-            "measured": no_energy is None,
-            "reason": no_energy,
-            "counts": energy.COUNTS,
-            "update_period_s": energy_period_s,  # (rank 0's counter, energy.update_period)
-        },
+        "measured": no_energy is None,
+        "reason": no_energy,
+        "counts": energy.COUNTS,
+        "update_period_s": energy_period_s,
     }
-
-
-def epoch_times(history: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The first epoch's training seconds, and the steady epoch's (`steady`)."""
-    seconds = [h["train_time_s"] for h in history]
-    return {"first_epoch_s": seconds[0] if seconds else None, "steady_epoch_s": steady(seconds)}
-
-
-def throughput(n_train: int, epochs: dict[str, float | None]) -> float | None:
-    """Training samples per second of the steady epoch (of the only epoch, when there is one).
-    Not over the whole training: its first epoch pays the warm-up (graph capture, compiling),
-    mostly in a job's first seed, so an interval over the seeds would measure the warm-up, not
-    the run (docs/performance.md, "The first seed's warm-up")."""
-    seconds = epochs["steady_epoch_s"] or epochs["first_epoch_s"]
-    return n_train / seconds if seconds else None
 
 
 def energy_summary(
@@ -317,9 +214,3 @@ def energy_summary(
         "steady_epoch_energy_j": None if too_short or not later else statistics.fmean(train[1:]),
         "steady_epoch_energy_reason": too_short or None,
     }
-
-
-def steady(per_epoch: list[float]) -> float | None:
-    """The steady epoch's value: the median of epochs 2..E (None with fewer than two epochs:
-    every epoch there was also a warm-up)."""
-    return statistics.median(per_epoch[1:]) if len(per_epoch) > 1 else None
