@@ -234,3 +234,24 @@ print(json.dumps({{"code": code, "changed": sorted(set(os.environ.items()) ^ set
 def test_no_module_shadows_the_standard_library():
     names = {p.stem for p in PACKAGE.rglob("*.py")} | {p.name for p in PACKAGE.rglob("*/")}
     assert names & set(sys.stdlib_module_names) == set()
+
+
+# A module a reader can hold in mind, a function that fits on one screen.
+MODULE_LINES = 600
+FUNCTION_LINES = 80
+
+
+def test_modules_and_functions_stay_readable():
+    long_modules, long_functions = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = str(path.relative_to(PACKAGE))
+        text = path.read_text()
+        if (lines := len(text.splitlines())) > MODULE_LINES:
+            long_modules.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    long_functions.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert long_modules == []
+    assert long_functions == []

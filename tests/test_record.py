@@ -138,7 +138,8 @@ def test_a_valid_record_is_written_and_read_back(tmp_path):
         (lambda m: m["summary"].update(n_finished=5), "summary/n_finished: 5 of 2 seeds"),
         (lambda m: m["seeds"].append(copy.deepcopy(m["seeds"][0])),
          "seeds: 3 seeds, but the spec asks for 2"),
-        (lambda m: m["launch"].update(isolation="shared"), "launch/isolation: 'shared' is not one of"),
+        (lambda m: m["launch"].update(isolation="shared"),
+         "launch/isolation: 'shared' is not one of"),
     ],
 )  # fmt: skip
 def test_a_parseable_but_damaged_record_is_named_with_what_is_wrong(tmp_path, damage, named):

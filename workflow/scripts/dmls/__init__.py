@@ -1,4 +1,6 @@
-"""The pipeline's package, in layers by where the code runs.
+"""The pipeline's package, in layers by where the code runs; imports point down the floors
+tests/test_layers.py draws (config and shared helpers at the bottom, then the data and the
+record, training and the report side by side, the supervisor, the special studies on top).
 
 - `config/`: the run spec and the config schema. Snakemake imports it while it parses the
   workflow, so it imports neither torch nor matplotlib.
@@ -10,6 +12,10 @@
 - `data/`: datasets prepared once into a cached form, and the loaders that feed the ranks.
 - `special/`: the studies that are not training runs of the engine, one module each.
 - `report/`: the runs table, per-study tables, figures and the HTML report.
+- `record.py`: the run record, metrics.json: built (the rank's seeds, the supervisor's
+  envelope), its seeds combined, checked against `metrics.schema.json` and read, in one place.
+- `protocol.py`: the ranks' side of what passes between a supervisor and the ranks it starts
+  (`as_rank`, error reports, the result file, the fault drill's parser), below both.
 - `files.py`: atomic JSON, CSV and PNG writes, used by every layer.
 - `joblog.py`: the log of a Snakemake job, opened the same way by every `script:` entry point.
 """

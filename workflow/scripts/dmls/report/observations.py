@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from dmls import record, stats
+from dmls.report import targets
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
 from dmls.report.study import OK, Study
@@ -401,9 +402,9 @@ def _cold_seeds_to_target(study: Study) -> list[str]:
     extra, cold_only = [], []
     for run in study.ok.index:
         metrics = study.metrics[run]
-        if None in record.seeds_to_target(metrics, study.target_accuracy):
+        if None in targets.seeds_to_target(metrics, study.target_accuracy):
             continue
-        excess = record.cold_excess_to_target(metrics, study.target_accuracy)
+        excess = targets.cold_excess_to_target(metrics, study.target_accuracy)
         if excess is None:
             cold_only.append(run)
         else:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from dmls import record, stats
 from dmls.config.studies import baseline_run, varying_settings
-from dmls.report import cells
+from dmls.report import cells, targets
 from dmls.report.aggregate import summarize
 
 # Only finished runs have numbers in the report; the others show their status and reason.
@@ -288,12 +288,12 @@ class Study:
     def seconds_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's time to the study's target accuracy (record.timed_seeds), None
         unless every seed reached it."""
-        return record.timed_to_target(self.metrics[run], self.target_accuracy, 0)
+        return targets.timed_to_target(self.metrics[run], self.target_accuracy, 0)
 
     def joules_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's GPU energy to the target accuracy, None unless every seed reached
         it with its energy measured."""
-        return record.timed_to_target(self.metrics[run], self.target_accuracy, 2)
+        return targets.timed_to_target(self.metrics[run], self.target_accuracy, 2)
 
     @property
     def energy_measured(self) -> bool:
@@ -408,16 +408,16 @@ def _ci95(row: pd.Series, column: str) -> float | None:
 
 
 def _warm_energy(metrics: dict[str, Any]) -> dict[str, Any]:
-    """A run's GPU energy over the training in the seeds of a warm process (record.warm_energy)."""
-    estimate = record.warm_energy(metrics) if metrics["status"] == OK else None
+    """A run's GPU energy over the training in the seeds of a warm process (targets.warm_energy)."""
+    estimate = targets.warm_energy(metrics) if metrics["status"] == OK else None
     if estimate is None:
         return {}
     return {WARM_ENERGY: estimate.mean, f"{WARM_ENERGY}_ci95": estimate.half_width}
 
 
 def _to_target(metrics: dict[str, Any], target: float) -> dict[str, Any]:
-    """A run's time, epochs and energy to `target` (record.to_target), for a run that finished."""
-    return record.to_target(metrics, target) if metrics["status"] == OK else {}
+    """A run's time, epochs and energy to `target` (targets.to_target), for a run that finished."""
+    return targets.to_target(metrics, target) if metrics["status"] == OK else {}
 
 
 def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
