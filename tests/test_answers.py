@@ -8,7 +8,7 @@ import re
 import yaml
 
 from conftest import ROOT
-from dmls.report import answers
+from dmls.report import answers, comparisons
 from dmls.report.study import Study
 from test_report import fake_metrics
 
@@ -171,7 +171,7 @@ def test_every_training_studys_answer_names_runs_of_the_config():
                 vs_study, _, vs_run = c["vs"].rpartition("/")
                 assert vs_run in (set(config["studies"][vs_study]["runs"]) if vs_study else runs)
                 assert not vs_study or vs_study == other
-                assert c["metric"] in {*answers.METRICS, "memory"}
+                assert c["metric"] in {*comparisons.METRICS, "memory"}
 
 
 # A measured figure: a duration, a percentage, a ratio with decimals, or a number with two

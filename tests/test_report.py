@@ -559,7 +559,7 @@ def test_sweep_fits_memory_against_the_swept_setting():
     study = Study.from_metrics("batch_size", {"baseline": "b32"}, metrics)
     assert study.sweep_key == "batch_size"
     lines = observations.sweep(study)
-    # The answer's fit (answers.fit), so that the section gives one line, not two.
+    # The answer's fit (comparisons.fit), so that the section gives one line, not two.
     assert lines[0].startswith(
         "peak GPU memory vs batch_size: grows linearly, 2.500 MiB per unit of batch_size"
     )

@@ -14,8 +14,10 @@ import yaml
 from conftest import ROOT
 from dmls import stats
 from dmls.files import read_json
+from dmls.report import facts_memory, facts_speed, facts_systems
 from dmls.report import special_answers as sa
-from dmls.report.answers import NotMeasured
+from dmls.report.answers import read_csv_rows
+from dmls.report.comparisons import NotMeasured
 from dmls.special import runner
 
 # The `answer:` blocks proposed for report/studies.yaml, per special section.
@@ -78,7 +80,7 @@ def lenet(tmp_path_factory):
 
 def test_d1_gives_parameters_the_estimate_the_measured_peak_and_recomputation(lenet):
     summary, folder = lenet
-    case, facts = sa.lenet_memory(summary, folder)
+    case, facts = facts_memory.lenet_memory(summary, folder)
     assert case == "full"
     assert facts["parameters"] == facts["closed_form"] == "61,706"
     assert facts["agreement"] == "agree"
@@ -109,7 +111,7 @@ def test_d1_on_a_cpu_host_says_the_device_and_why_the_gpu_rows_are_missing(lenet
             r.clear()
             r.update({"device": "cuda", "optimizer": "adamw", "precision": "fp32",
                       "recompute": "none"} | SKIPPED_GPU)  # fmt: skip
-    _, facts = sa.lenet_memory(summary, folder)
+    _, facts = facts_memory.lenet_memory(summary, folder)
     assert facts["device"] == "the CPU (the GPU's rows were skipped: no CUDA device on this host)"
 
 
@@ -122,7 +124,7 @@ def test_d1_the_estimate_over_the_peak_and_no_full_recomputation(tmp_path):
         "rows": [{"device": "cuda", "optimizer": "adamw", "precision": "fp32",
                   "recompute": "none", "status": "ok", "reason": None, "peak_bytes": 1600}],
     }  # fmt: skip
-    case, facts = sa.lenet_memory(summary, tmp_path)
+    case, facts = facts_memory.lenet_memory(summary, tmp_path)
     assert case == "no_full"
     assert facts["agreement"] == "disagree, by 10"
     assert (facts["device"], facts["ratio"], facts["verdict"]) == ("the GPU", "0.80×", "over")
@@ -136,7 +138,7 @@ def test_d1_with_every_row_skipped_is_not_measured_with_the_reason(tmp_path):
                                          "precision": "fp32", "recompute": "none"}
                                         | SKIPPED_GPU]}  # fmt: skip
     with pytest.raises(NotMeasured, match="it was skipped: no CUDA device on this host"):
-        sa.lenet_memory(summary, tmp_path)
+        facts_memory.lenet_memory(summary, tmp_path)
     # Three entries, one topic: said once.
     assert answer("lenet_memory", summary, tmp_path) == [
         "LeNet-5's parameters and training memory: not measured here, as it was skipped: no "
@@ -155,7 +157,7 @@ def spare(tmp_path_factory):
 
 def test_d2_the_first_vector_with_its_monte_carlo_and_the_agreement(spare):
     summary, folder = spare
-    case, facts = sa.spare_failure(summary, folder)
+    case, facts = facts_systems.spare_failure(summary, folder)
     rows = {r["quantity"]: r for r in summary["rows"] if r["vector"] == "pair"}
     assert facts["vector"] == "pair (2 machines, p = 0.1, 0.2)"
     assert facts["no_spare"].startswith("0.28 (Monte Carlo ")  # 1 - 0.9 × 0.8
@@ -183,11 +185,11 @@ def test_d2_a_monte_carlo_row_outside_its_interval_flips_the_verdict(spare):
     summary, folder = spare
     summary = json.loads(json.dumps(summary))
     _doctor(summary["rows"][4])  # the within_ci flag left as written: the numbers count
-    case, facts = sa.spare_failure(summary, folder)
+    case, facts = facts_systems.spare_failure(summary, folder)
     assert (case, facts["outside"], facts["total"]) == ("within_chance", "1", "15")
     assert facts["chance"] == f"{1 - 0.99**15:.2g}"  # at least one of 15 misses at 1%
     _doctor(summary["rows"][5])
-    case, facts = sa.spare_failure(summary, folder)
+    case, facts = facts_systems.spare_failure(summary, folder)
     assert (case, facts["outside"]) == ("outside", "2")
     assert answer("spare_failure", summary, folder)[1].startswith(
         "The Monte Carlo disagrees: 2 of the 15 closed forms lie outside"
@@ -197,7 +199,7 @@ def test_d2_a_monte_carlo_row_outside_its_interval_flips_the_verdict(spare):
 # --------------------------------------------------------------------------- D3
 def test_d3_bits_bytes_and_round_trip(tmp_path):
     summary = runner.run_study("float32_bytes", {"title": "D3", "value": 6.342e-5}, tmp_path)
-    case, facts = sa.float32_bytes(summary, tmp_path)
+    case, facts = facts_memory.float32_bytes(summary, tmp_path)
     assert case == "exact"
     assert facts["value"] == "6.342e-05"
     assert facts["bits_hex"] == "0x3885005A"
@@ -213,7 +215,7 @@ def test_d3_bits_bytes_and_round_trip(tmp_path):
 def test_d3_an_inexact_round_trip_and_a_failed_study(tmp_path):
     summary = runner.run_study("float32_bytes", {"title": "D3", "value": -2.5}, tmp_path)
     summary["rows"][0]["round_trip_big_endian"] = 2.5
-    case, facts = sa.float32_bytes(summary, tmp_path)
+    case, facts = facts_memory.float32_bytes(summary, tmp_path)
     assert (case, facts["sign"]) == ("inexact", "1 (negative)")
     failed = {"rows": [{"status": "failed", "reason": "struct exploded"}]}
     assert answer("float32_bytes", failed, tmp_path) == [
@@ -257,7 +259,7 @@ def graph_rows(cuda=True):
 
 def test_d5_steady_step_as_a_speed_with_its_interval_first_call_and_control_flow(tmp_path):
     summary = written({"status": "ok", "rows": graph_rows(), "control_flow": CONTROL}, tmp_path)
-    case, facts = sa.graphs(summary, tmp_path)
+    case, facts = facts_speed.graphs(summary, tmp_path)
     cpu = stats.ratio(EAGER["cpu"], MODE[("cpu", "compile")])
     gpu = stats.ratio(EAGER["cuda"], MODE[("cuda", "compile")])
     assert facts["steady_cpu"].startswith(
@@ -286,7 +288,7 @@ def test_d5_without_a_gpu_says_why_and_reads_control_flow_from_its_csv(tmp_path)
         for c in CONTROL:
             f.write(",".join(f'"{c[k]}"' if c[k] is not None else "" for k in fields_) + "\n")
     summary = {"status": "ok", "rows": graph_rows(cuda=False)}
-    _, facts = sa.graphs(summary, tmp_path)
+    _, facts = facts_speed.graphs(summary, tmp_path)
     gone = "not measured here, as it was skipped: no CUDA device on this host"
     assert facts["steady_cuda"] == facts["first_cuda"] == gone
     assert facts["branch_compile"].startswith("broke it into 2 graphs at 1 break")
@@ -328,7 +330,7 @@ def latency(backend, device, size, n=2):
 
 def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_path):
     summary = {"status": "ok", "rows": sweep_rows(), "course_gradient_bytes": GRADIENT}
-    case, facts = sa.collectives(summary, tmp_path)
+    case, facts = facts_speed.collectives(summary, tmp_path)
     assert case == "compared"
     assert facts["processes"] == "2"
     big = 67108864 / (latency("nccl", "cuda", 67108864) * 1e-6) / 1e9
@@ -351,7 +353,7 @@ def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_pa
 
 def test_a5_without_gpus_gloo_against_nccl_is_not_measured_with_the_reason(tmp_path):
     summary = {"status": "ok", "rows": sweep_rows(nccl=False), "course_gradient_bytes": GRADIENT}
-    case, facts = sa.collectives(summary, tmp_path)
+    case, facts = facts_speed.collectives(summary, tmp_path)
     assert case == "no_nccl"
     assert facts["why"] == "it was skipped: needs 2 CUDA GPUs, this host has 0"
     assert facts["setups"].startswith(
@@ -392,7 +394,7 @@ def test_d4_what_ran_state_against_the_closed_form_at_the_largest_n_and_the_step
     failed = {"device": "cpu", "processes": 2, "strategy": "none", "stage": "DDP",
               "status": "failed", "reason": "gloo hung"}  # fmt: skip
     rows = [*shard_rows(), failed]
-    case, facts = sa.sharding({"status": "failed", "rows": rows}, tmp_path)
+    case, facts = facts_memory.sharding({"status": "failed", "rows": rows}, tmp_path)
     assert case == "measured"
     assert facts["ranks"] == "4 GPU ranks (the CPU's rows failed: gloo hung)"
     assert facts["parameters"] == "476.3 M"
@@ -422,7 +424,7 @@ def test_d4_a_state_off_the_closed_form_disagrees_and_a_missing_ddp_is_said(tmp_
     rows = [r for r in shard_rows(n=2, zero1_state=11.0) if r["strategy"] != "none"]
     rows.append({"device": "cuda", "processes": 2, "strategy": "none", "stage": "DDP",
                  "status": "failed", "reason": "out of memory"})  # fmt: skip
-    _, facts = sa.sharding({"status": "failed", "rows": rows}, tmp_path)
+    _, facts = facts_memory.sharding({"status": "failed", "rows": rows}, tmp_path)
     assert "ZeroRedundancyOptimizer (ZeRO-1) 11.00 against 12.00, 8.3% below" in facts["memory"]
     assert facts["ran"].startswith(
         "DDP (DistributedDataParallel) not measured here, as it failed: out of memory"
@@ -435,7 +437,7 @@ def test_d4_on_a_host_without_gpus_is_not_measured_when_every_row_was_skipped(tm
              "status": "skipped", "reason": "needs 2 CUDA GPUs, this host has 0"}
             for s in STAGES]  # fmt: skip
     with pytest.raises(NotMeasured, match="needs 2 CUDA GPUs, this host has 0"):
-        sa.sharding({"status": "skipped", "rows": rows}, tmp_path)
+        facts_memory.sharding({"status": "skipped", "rows": rows}, tmp_path)
 
 
 # --------------------------------------------------------------------------- B4 and C
@@ -470,7 +472,7 @@ def c(tmp_path, monkeypatch):
 
 def test_b4_names_the_costliest_module_kind_and_slowest_activation_with_intervals(b4):
     summary, folder = b4
-    _, facts = sa.profiler(summary, folder)
+    _, facts = facts_speed.profiler(summary, folder)
     cpu = summary["verdicts"]["by_device"]["cpu"]
     time = cpu["time"]
     assert facts["device"] == "the CPU" and facts["repeats"] == "3"
@@ -494,7 +496,7 @@ def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
         "time": block | {"metric": "cpu_time_ms"}, "memory": block,
         "activations": block | {"metric": "cpu_time_ms", "slowest": "gelu", "fastest": "relu",
                                 "means": {"gelu": 2.0, "relu": 1.0}}}}}}  # fmt: skip
-    _, facts = sa.profiler(summary, Path("."))
+    _, facts = facts_speed.profiler(summary, Path("."))
     assert facts["memory"] == (
         "Linear, 1.62× BatchNorm's (65 vs 40 KiB; the same in every repeat, no interval), costlier"
     )
@@ -508,7 +510,7 @@ def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
 
 def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     summary, folder = c
-    _, facts = sa.fused_conv(summary, folder)
+    _, facts = facts_speed.fused_conv(summary, folder)
     assert (facts["shallow"], facts["deep"]) == ("2", "4")
     forward = summary["verdicts"]["by_depth"]["2"]["fused_vs_cudnn"]["forward"]
     assert facts["forward_shallow"].startswith(
@@ -517,7 +519,7 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
 
     # The fused kernel's time first, as in every "run vs reference" (it read cuDNN's first).
     def mean_ms(mode: str) -> str:
-        times = [float(r["forward_time_s"]) for r in sa.read_csv_rows(folder / "repeats.csv")
+        times = [float(r["forward_time_s"]) for r in read_csv_rows(folder / "repeats.csv")
                  if r["depth"] == "2" and r["mode"] == mode]  # fmt: skip
         return f"{stats.geometric_mean(times) * 1e3:.1f}"
 
@@ -538,7 +540,7 @@ def test_c_without_cuda_says_why_the_kernel_is_not_measured(tmp_path):
     summary = runner.run_study("fused_conv", cfg, tmp_path / "c", data_dir=data)
     if summary["rows"][0]["status"] == "ok":
         pytest.skip("this host has CUDA")
-    _, facts = sa.fused_conv(summary, tmp_path / "c")
+    _, facts = facts_speed.fused_conv(summary, tmp_path / "c")
     assert facts["forward_shallow"].startswith("not measured here, as ")
     assert "needs a CUDA GPU" in facts["forward_shallow"]
 
@@ -595,7 +597,7 @@ def spark_summary():
 
 
 def test_d6_names_the_lines_that_start_jobs_and_what_collect_after_count_recomputes(tmp_path):
-    case, facts = sa.spark_lazy(spark_summary(), tmp_path)
+    case, facts = facts_systems.spark_lazy(spark_summary(), tmp_path)
     assert case == "measured"
     assert facts["actions"] == (
         "renamed_df_2nd.count(): 2 jobs; renamed_df_2nd.collect(): 1 job; renamed_df.collect(): "

@@ -13,6 +13,7 @@ from dmls import record, stats
 from dmls.report import targets
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
+from dmls.report.comparisons import NotMeasured, fit
 from dmls.report.study import OK, Study
 from dmls.report.wording import in_s, minus, points_text, ratio_text
 
@@ -145,9 +146,8 @@ def sweep(study: Study) -> list[str]:
     ok = ok.sort_values(f"spec.{key}")
     x = ok[f"spec.{key}"].to_numpy(dtype=float)
     lines = []
-    # The answer's line (answers.fit: through every seed's value, with the slope's interval),
+    # The answer's line (comparisons.fit: through every seed's value, with the slope's interval),
     # so that the section gives one fit. (answers reads this module's curves: imported here.)
-    from dmls.report.answers import NotMeasured, fit
 
     try:
         line = fit(study, "memory", key)

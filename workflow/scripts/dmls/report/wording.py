@@ -65,6 +65,8 @@ def in_s(value: float) -> str:
 # Numbers in the special studies' answers (dmls/report/special_answers.py).
 # Two byte counts (or bytes per parameter) agree when they differ by at most this fraction.
 AGREE = 0.01
+# How a device is named in a sentence.
+DEVICES = {"cuda": "the GPU", "cpu": "the CPU"}
 
 
 def fmt_count(n: float) -> str:
