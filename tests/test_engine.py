@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import ROOT, make_spec
+from dmls import record
 from dmls.supervisor import launch, supervise
 
 B_MODEL = {"name": "mlp", "hidden": 16, "batch_norm": False}  # no BN: DDP ≡ one big batch
@@ -308,7 +309,8 @@ def test_a_last_batch_of_one_sample_under_batch_norm_is_left_out_and_recorded(tm
     def train(name: str, batch_norm: bool, loader: str) -> dict:
         model = {"name": "mlp", "hidden": 8, "batch_norm": batch_norm}
         spec = make_spec(model=model, loader=loader, **common)
-        return trainer.train(spec, tmp_path, tmp_path, tmp_path / f"{name}.pt")
+        # The job's result with its seeds combined, as the supervisor records it.
+        return record.combine(trainer.train(spec, tmp_path, tmp_path, tmp_path / f"{name}.pt"))
 
     for loader in ("torch", "device"):
         result = train(loader, True, loader)
@@ -383,7 +385,7 @@ def train_in_process(data_dir, run_dir, **overrides) -> dict:
     )  # fmt: skip
     spec = make_spec(**(settings | overrides))
     run_dir.mkdir()
-    return trainer.train(spec, data_dir, run_dir, run_dir / "checkpoint.pt")
+    return record.combine(trainer.train(spec, data_dir, run_dir, run_dir / "checkpoint.pt"))
 
 
 def test_early_stopping_never_reads_the_test_set(tmp_path, tabular_dir):

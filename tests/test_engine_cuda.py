@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from conftest import make_spec
+from dmls import record
 from dmls.data import datasets
 from dmls.training import job as trainer
 
@@ -29,7 +30,8 @@ def train(tmp_path, data_dir, name, **overrides):
     spec = make_spec(run=name, **(settings | overrides))
     run_dir = tmp_path / name
     run_dir.mkdir()
-    result = trainer.train(spec, data_dir, run_dir, run_dir / "ckpt.pt")
+    # The job's result with its seeds combined, as the supervisor records it.
+    result = record.combine(trainer.train(spec, data_dir, run_dir, run_dir / "ckpt.pt"))
     assert result is not None and result["status"] == "ok", result
     if spec.seeds > 1:
         return result

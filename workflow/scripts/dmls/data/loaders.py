@@ -114,43 +114,14 @@ def make_loaders(
     for `loader: device`. A ragged last batch that would leave a device fewer than
     `min_samples_per_device` samples is dropped, and the loaders say so."""
     ds = _dataset(Path(data_dir), spec.dataset)
-    x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
-    x_val, y_val = x_train[:0], y_train[:0]
-    if spec.validation_samples:
-        # The last rows, before `train_samples`: every seed and run on this data holds out the
-        # same samples and trains on (a prefix of) the same rest.
-        keep = len(y_train) - spec.validation_samples
-        step_samples = spec.batch_size * spec.replicas
-        if keep < step_samples:
-            raise SpecError(
-                f"studies.{spec.study}.runs.{spec.run}.validation_samples: "
-                f"{spec.validation_samples} of the {len(y_train)} training samples held out "
-                f"leave {max(keep, 0)} to train, fewer than one step's batch of {step_samples}; "
-                f"use at most {len(y_train) - step_samples}"
-            )
-        x_train, x_val = x_train[:keep], x_train[keep:]
-        y_train, y_val = y_train[:keep], y_train[keep:]
-    if spec.train_samples:
-        x_train, y_train = x_train[: spec.train_samples], y_train[: spec.train_samples]
-    if spec.test_samples:
-        x_test, y_test = x_test[: spec.test_samples], y_test[: spec.test_samples]
+    (x_train, y_train), (x_val, y_val), (x_test, y_test) = _splits(spec, ds)
     # Every launcher shards through DistributedSampler, a single process with 1 replica: the
     # shuffled order is then the same, and 2 ranks × batch B/2 see exactly 1 rank × batch B.
     sampler = DistributedSampler(
         range(len(y_train)), num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed
     )
     last = len(sampler) % samples_per_step  # the ragged last batch of each epoch, if any
-    # DataParallel scatters a batch as torch.chunk splits it.
-    smallest = min(len(c) for c in torch.arange(last).chunk(devices_per_step)) if last else 0
-    unseen_reason = None
-    if last and spec.precision == "fp8":
-        # fp8 GEMMs need the batch divisible by 16 in the weight-gradient matmul too.
-        unseen_reason = f"fp8 matmuls can't take the last batch of {last} sample(s)"
-    elif last and smallest < min_samples_per_device:
-        unseen_reason = (
-            f"the last batch would put {smallest} sample(s) on a device, and batch norm over "
-            f"feature vectors needs at least {min_samples_per_device} in training"
-        )
+    unseen_reason = _unseen_reason(spec, last, devices_per_step, min_samples_per_device)
     drop_last = unseen_reason is not None
     images = x_train.ndim == 4
     common = dict(
@@ -184,18 +155,69 @@ def make_loaders(
             sampler, samples_per_step, drop_last, transform,
         )  # fmt: skip
     else:
-        if not images:  # feature vectors: already float32, nothing to transform
-            train_set = TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train))
-        elif _has_augmentation(spec):
-            train_set = AugmentedImages(x_train, y_train, spec, ds.manifest)
-        else:  # every epoch sees the same tensors: convert once, not per sample
-            train_set = TensorDataset(
-                normalize(torch.from_numpy(x_train), ds.manifest), torch.from_numpy(y_train)
-            )
         train = DataLoader(
-            train_set, batch_size=samples_per_step, sampler=sampler, drop_last=drop_last, **common
-        )
+            _training_set(spec, x_train, y_train, ds.manifest), batch_size=samples_per_step,
+            sampler=sampler, drop_last=drop_last, **common,
+        )  # fmt: skip
     return Loaders(
         train, test, sampler, len(y_train), len(y_test), ds.manifest,
         last if drop_last else 0, unseen_reason, validation, len(y_val),
     )  # fmt: skip
+
+
+Arrays = tuple[np.ndarray, np.ndarray]
+
+
+def _splits(spec: RunSpec, ds: datasets.Dataset) -> tuple[Arrays, Arrays, Arrays]:
+    """The run's (x, y) for training, validation and test: `validation_samples` held out of the
+    training arrays, then `train_samples` and `test_samples` cut from the rest."""
+    x_train, y_train, x_test, y_test = ds.x_train, ds.y_train, ds.x_test, ds.y_test
+    x_val, y_val = x_train[:0], y_train[:0]
+    if spec.validation_samples:
+        # The last rows, before `train_samples`: every seed and run on this data holds out the
+        # same samples and trains on (a prefix of) the same rest.
+        keep = len(y_train) - spec.validation_samples
+        step_samples = spec.batch_size * spec.replicas
+        if keep < step_samples:
+            raise SpecError(
+                f"studies.{spec.study}.runs.{spec.run}.validation_samples: "
+                f"{spec.validation_samples} of the {len(y_train)} training samples held out "
+                f"leave {max(keep, 0)} to train, fewer than one step's batch of {step_samples}; "
+                f"use at most {len(y_train) - step_samples}"
+            )
+        x_train, x_val = x_train[:keep], x_train[keep:]
+        y_train, y_val = y_train[:keep], y_train[keep:]
+    if spec.train_samples:
+        x_train, y_train = x_train[: spec.train_samples], y_train[: spec.train_samples]
+    if spec.test_samples:
+        x_test, y_test = x_test[: spec.test_samples], y_test[: spec.test_samples]
+    return (x_train, y_train), (x_val, y_val), (x_test, y_test)
+
+
+def _unseen_reason(
+    spec: RunSpec, last: int, devices_per_step: int, min_samples_per_device: int
+) -> str | None:
+    """Why the ragged last batch of `last` samples can't train (it is then dropped), or None."""
+    # DataParallel scatters a batch as torch.chunk splits it.
+    smallest = min(len(c) for c in torch.arange(last).chunk(devices_per_step)) if last else 0
+    if last and spec.precision == "fp8":
+        # fp8 GEMMs need the batch divisible by 16 in the weight-gradient matmul too.
+        return f"fp8 matmuls can't take the last batch of {last} sample(s)"
+    if last and smallest < min_samples_per_device:
+        return (
+            f"the last batch would put {smallest} sample(s) on a device, and batch norm over "
+            f"feature vectors needs at least {min_samples_per_device} in training"
+        )
+    return None
+
+
+def _training_set(
+    spec: RunSpec, x: np.ndarray, y: np.ndarray, manifest: dict[str, Any]
+) -> torch.utils.data.Dataset:
+    """The training samples as `loader: torch`'s DataLoader takes them."""
+    if x.ndim != 4:  # feature vectors: already float32, nothing to transform
+        return TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    if _has_augmentation(spec):
+        return AugmentedImages(x, y, spec, manifest)
+    # Every epoch sees the same tensors: convert once, not per sample.
+    return TensorDataset(normalize(torch.from_numpy(x), manifest), torch.from_numpy(y))

@@ -85,12 +85,27 @@ class Trainer:
         images = spec.model.name in ("cnn", "lenet5") and strategy.channels_last
         self.memory_format = torch.channels_last if fast and images else torch.contiguous_format
         torch.backends.cudnn.benchmark = fast and strategy.cudnn_autotune
+        self._load_data(data_dir)
+        self._check_batches()
+        self._build_model()
+        # Sharded before the optimizer sees the parameters: FSDP2 replaces them by shards.
+        self.model = strategy.shard(self.model)
+        fused = fast if fused_optimizer is None else fused_optimizer
+        optimizer = strategy.make_optimizer(self.model.parameters(), fused=fused)
+        steps_per_epoch = math.ceil(len(self.data.train) / spec.grad_accum_steps)
+        scheduler = make_scheduler(spec, optimizer, steps_per_epoch)
+        self._build_step(optimizer, scheduler, drill)
+
+    def _load_data(self, data_dir: Path) -> None:
+        """This rank's loaders, and the measure of its GPUs' memory over their steps."""
+        spec, strategy, process = self.spec, self.strategy, self.process
         # BatchNorm1d needs more than one value per channel in training: B's MLP can't train on
         # a last batch of one sample (per device).
         feature_batch_norm = spec.model.name == "mlp" and spec.model.batch_norm
         self.data = make_loaders(
-            spec, data_dir, rank=process.rank, world_size=process.world_size, device=device,
-            samples_per_step=strategy.samples_per_step, memory_format=self.memory_format,
+            spec, data_dir, rank=process.rank, world_size=process.world_size,
+            device=process.device, samples_per_step=strategy.samples_per_step,
+            memory_format=self.memory_format,
             devices_per_step=strategy.samples_per_step // spec.batch_size,
             min_samples_per_device=2 if feature_batch_norm else 1,
         )  # fmt: skip
@@ -102,45 +117,51 @@ class Trainer:
                 flush=True,
             )
 
+    def _check_batches(self) -> None:
+        """SpecError when the data can't fill the batch or the accumulation the spec records."""
+        spec, data = self.spec, self.data
         step_samples = spec.batch_size * spec.replicas
-        if step_samples > self.data.n_train:
+        if step_samples > data.n_train:
             # Else the one batch an epoch has is the data, and the batch recorded is not it.
-            n_validation = self.data.n_validation
+            n_validation = data.n_validation
             held_out = (
                 f" (validation_samples holds out {n_validation} more)" if n_validation else ""
             )
             raise SpecError(
                 f"studies.{spec.study}.runs.{spec.run}.batch_size: {spec.batch_size} per replica "
                 f"× {spec.replicas} replica(s) = {step_samples} samples per step, but the "
-                f"training set has {self.data.n_train}{held_out}; use at most "
-                f"{self.data.n_train // spec.replicas}"
+                f"training set has {data.n_train}{held_out}; use at most "
+                f"{data.n_train // spec.replicas}"
             )
-        micro_batches = len(self.data.train)
+        micro_batches = len(data.train)
         if spec.grad_accum_steps > micro_batches:
             # Else every optimizer step would see fewer samples than the global batch recorded.
             raise SpecError(
                 f"studies.{spec.study}.runs.{spec.run}.grad_accum_steps: {spec.grad_accum_steps}"
                 f" micro-batches per optimizer step, but an epoch has {micro_batches} per rank "
-                f"({self.data.n_train} samples, {strategy.samples_per_step} per micro-batch); "
+                f"({data.n_train} samples, {self.strategy.samples_per_step} per micro-batch); "
                 f"use at most {micro_batches}"
             )
 
-        torch.manual_seed(spec.seed)  # identical initial weights on every rank
+    def _build_model(self) -> None:
+        """The model from the seed, on this rank's device, its Linear layers in fp8 where the
+        strategy converts them, with the probe of the precision its first layer produces."""
+        torch.manual_seed(self.spec.seed)  # identical initial weights on every rank
         manifest = self.data.manifest
-        self.model = build_model(spec.model, manifest["input_shape"], manifest["num_classes"])
-        self.model.to(device, memory_format=self.memory_format)
-        self.fp8_linear_layers = convert_to_float8(self.model) if strategy.converts_to_float8 else 0
+        self.model = build_model(self.spec.model, manifest["input_shape"], manifest["num_classes"])
+        self.model.to(self.process.device, memory_format=self.memory_format)
+        self.fp8_linear_layers = (
+            convert_to_float8(self.model) if self.strategy.converts_to_float8 else 0
+        )
         self.probe = PrecisionProbe(self.model)
         if self.fp8_linear_layers:
             # An fp8 GEMM returns the dtype of its input, so the hook can't see it: say so here.
             self.probe.seen.add("fp8")
-        # Sharded before the optimizer sees the parameters: FSDP2 replaces them by shards.
-        self.model = strategy.shard(self.model)
-        fused = fast if fused_optimizer is None else fused_optimizer
-        optimizer = strategy.make_optimizer(self.model.parameters(), fused=fused)
-        steps_per_epoch = math.ceil(len(self.data.train) / spec.grad_accum_steps)
-        scheduler = make_scheduler(spec, optimizer, steps_per_epoch)
 
+    def _build_step(self, optimizer: Any, scheduler: Any, drill: Drill | None) -> None:
+        """The strategy's module, optimizer and scheduler, and the step that trains them: from
+        a CUDA graph captured on a side stream, or eagerly for the reason `eager_reason` gives."""
+        spec, strategy, device = self.spec, self.strategy, self.process.device
         reason = eager_reason(spec, strategy, device, fault_drill=drill is not None)
         # Graphs are captured on a side stream, and DDP must be built on the stream it runs on.
         stream = torch.cuda.Stream(device) if reason is None else None
