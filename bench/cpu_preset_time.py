@@ -32,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
+from dmls import record as run_record  # noqa: E402
 from dmls.config.spec import deep_merge, load_schema, resolve_runs  # noqa: E402
 
 
@@ -123,7 +124,7 @@ def extra_by_study(results: str, cores: int) -> dict[str, float]:
     extra: dict[str, float] = {}
     for run_id, full in preset_runs().items():
         path = ROOT / results / "runs" / run_id / "metrics.json"
-        record = json.loads(path.read_text())
+        record = run_record.read(path)
         if record["status"] != "ok":  # skipped here, and in the preset: no time
             continue
         manifest = json.loads(

@@ -3,9 +3,12 @@
 python3 bench/study_tables.py RESULTS_DIR
 """
 
-import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
+
+from dmls import summary
 
 
 def table(header: list[str], rows: list[list]) -> str:
@@ -28,7 +31,7 @@ def main(results: Path) -> None:
         if not path.exists():
             print(f"\n{name}: no summary ({path} missing)")
             continue
-        s = json.loads(path.read_text())
+        s = summary.read(path)
         print(f"\n{s['title']} [{s['status']}] on {s['host']['gpus'] or 'no GPU'}")
         if name == "fused_conv":
             print(table(
@@ -52,10 +55,9 @@ def main(results: Path) -> None:
             for r in s["rows"]:
                 for kind, v in (r.get("by_kind") or {}).items():
                     gpu = r["device"] == "cuda"
-                    t = v["device_time_total_us_mean" if gpu else "cpu_time_total_us_mean"]
-                    rows.append([r["device"], r["activation"], kind, t / 1000,
-                                 (v["device_memory_bytes_mean" if gpu else "cpu_memory_bytes_mean"])
-                                 / 1024])  # fmt: skip
+                    where = "device" if gpu else "cpu"
+                    rows.append([r["device"], r["activation"], kind, v[f"{where}_time_ms_mean"],
+                                 v[f"{where}_memory_kib_mean"]])  # fmt: skip
                 if r["status"] != "ok":
                     rows.append([r["device"], r["activation"], r["status"], None, r["reason"]])
             print(table(["device", "activation", "kind", "time_ms", "memory_KiB"], rows))

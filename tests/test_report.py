@@ -15,7 +15,7 @@ import yaml
 from matplotlib.container import ErrorbarContainer
 
 from conftest import ROOT, make_spec
-from dmls import record
+from dmls import record, summary
 from dmls.config.studies import run_labels, varying_settings
 from dmls.files import write_json
 from dmls.report import captions, figures, observations, page, section, special
@@ -799,25 +799,21 @@ def test_both_reports_caption_each_figure_kind_with_the_same_words():
 def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
     folder = tmp_path / "fused_conv"
     folder.mkdir()
-    write_json(
+    rows = [
+        {"device": "cuda", "depth": 2, "mode": "fused", "status": "skipped",
+         "reason": "'fused' needs a CUDA GPU"},
+        {"device": "cpu", "depth": 2, "mode": "cpu", "status": "ok", "reason": None},
+    ]  # fmt: skip
+    verdicts = {"convention": "cudnn / fused", "by_depth": {}}
+    result = {"rows": rows, "data": None, "cudnn_version": None, "repeats": 1, "verdicts": verdicts}
+    summary.write(
         folder / "summary.json",
-        {
-            "study": "fused_conv",
-            "title": "C. FusedConvReLU",
-            "status": "ok",
-            "host": {"hostname": "h", "gpus": [], "torch": "2.14"},
-            "rows": [
-                {
-                    "device": "cuda",
-                    "depth": 2,
-                    "mode": "fused",
-                    "status": "skipped",
-                    "reason": "'fused' needs a CUDA GPU",
-                },
-                {"device": "cpu", "depth": 2, "mode": "cpu", "status": "ok", "reason": None},
-            ],
-        },
-    )
+        summary.new(
+            "fused_conv", "C. FusedConvReLU", result, config={"title": "C. FusedConvReLU"},
+            host={"hostname": "h", "gpus": [], "torch": "2.14"}, threads=1,
+            started_at="2026-01-01T00:00:00+00:00", wall_time_s=1.0,
+        ),
+    )  # fmt: skip
     (folder / "results.csv").write_text(
         "depth,title,status,reason,device_name,fused_layers,epochs,forward_time_s,"
         "backward_time_s,test_accuracy\n"

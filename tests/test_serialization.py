@@ -5,16 +5,16 @@ import platform
 
 import pytest
 
-from dmls.files import read_json
 from dmls.report import facts_systems
 from dmls.special import runner, serialization
+from dmls.summary import read as read_summary
 
 
 @pytest.fixture(scope="module")
 def d7(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serialization")
     runner.run_study("serialization", {"title": "D7"}, folder)
-    return read_json(folder / "summary.json"), folder
+    return read_summary(folder / "summary.json"), folder
 
 
 def rows_of(summary, part, **match):

@@ -13,12 +13,12 @@ import yaml
 
 from conftest import ROOT
 from dmls import stats
-from dmls.files import read_json
 from dmls.report import facts_memory, facts_speed, facts_systems
 from dmls.report import special_answers as sa
 from dmls.report.answers import read_csv_rows
 from dmls.report.comparisons import NotMeasured
 from dmls.special import runner
+from dmls.summary import read as read_summary
 
 # The `answer:` blocks proposed for report/studies.yaml, per special section.
 # The answers' templates as the report uses them: report/studies.yaml's special sections.
@@ -67,7 +67,7 @@ def ran(tmp_path_factory, name: str, cfg: dict) -> tuple[dict, Path]:
     """A special study run on the CPU into a folder of its own: (its summary.json, the folder)."""
     folder = tmp_path_factory.mktemp(name)
     runner.run_study(name, cfg, folder)
-    return read_json(folder / "summary.json"), folder
+    return read_summary(folder / "summary.json"), folder
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from conftest import SCHEMA, validated
+from dmls import summary
 from dmls.files import read_json
 from dmls.joblog import job_log
 from dmls.special import runner
@@ -25,9 +26,9 @@ def fake_study(statuses):
 )  # fmt: skip
 def test_overall_status(statuses, overall, tmp_path, monkeypatch):
     monkeypatch.setitem(runner.STUDIES, "fake", fake_study(statuses))
-    summary = runner.run_study("fake", {"title": "T"}, tmp_path)
-    assert summary["status"] == overall
-    written = read_json(tmp_path / "summary.json")
+    returned = runner.run_study("fake", {"title": "T"}, tmp_path)
+    assert returned["status"] == overall
+    written = summary.read(tmp_path / "summary.json")
     assert written["status"] == overall and written["title"] == "T"
     assert sum(written["counts"].values()) == len(statuses)
     assert written["host"]["torch"] and written["config"] == {"title": "T"}
@@ -37,7 +38,7 @@ def test_strict_raises_after_writing_the_summary(tmp_path, monkeypatch):
     monkeypatch.setitem(runner.STUDIES, "fake", fake_study(["ok", "skipped"]))
     with pytest.raises(runner.StudyIncomplete, match="1 part"):
         runner.run_study("fake", {"title": "T"}, tmp_path, strict=True)
-    assert read_json(tmp_path / "summary.json")["counts"] == {"ok": 1, "skipped": 1}
+    assert summary.read(tmp_path / "summary.json")["counts"] == {"ok": 1, "skipped": 1}
 
 
 def test_every_configured_study_has_a_runner():

@@ -14,6 +14,7 @@ import yaml
 from conftest import ROOT, validated
 from dmls.config.spec import resolve_runs
 from dmls.files import read_json
+from dmls.summary import read as read_summary
 
 BIN = Path(sys.executable).parent
 
@@ -497,7 +498,7 @@ def test_snakemakes_own_report_builds(dag):
 
 def assert_special_studies(studies: Path) -> None:
     """B4, C, D1-D3, D5 on the .test config: CPU parts ok, GPU parts skipped with the reason."""
-    summaries = {d.name: read_json(d / "summary.json") for d in studies.iterdir()}
+    summaries = {d.name: read_summary(d / "summary.json") for d in studies.iterdir()}
     assert set(summaries) == set(SPECIAL_STUDIES)
     for summary in summaries.values():
         assert summary["status"] == "ok", summary["rows"]

@@ -8,26 +8,24 @@ and test loss and accuracy (exactly equal, not within a tolerance: the same code
 seeds computes the same floats), the learning rate, and how the steps ran. Per special study
 (studies/<name>/summary.json): the status and every row's status and reason. The HTML report:
 the same sections, in the same order. Times, hosts and paths are ignored. Exits 1 and lists
-every difference when there is one.
+every difference when there is one. Each file is read through its owner (dmls/record.py,
+dmls/summary.py): one that breaks its schema exits 2, naming it and how to rebuild it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
+
+from dmls import record, summary
 
 EPOCH_KEYS = ("epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr")
 RUN_KEYS = ("status", "reason", "effective_precision", "fp8_linear_layers", "world_size", "step")
 ROW_KEYS = ("status", "reason")
-
-
-def _json(path: Path) -> Any:
-    with open(path) as f:
-        return json.load(f)
 
 
 def _by_name(root: Path, pattern: str) -> dict[str, Path]:
@@ -41,7 +39,7 @@ def compare_runs(before: Path, after: Path) -> tuple[list[str], int]:
     problems = [f"{run}: only in {before}" for run in sorted(set(old) - set(new))]
     problems += [f"{run}: only in {after}" for run in sorted(set(new) - set(old))]
     for run in sorted(set(old) & set(new)):
-        a, b = _json(old[run]), _json(new[run])
+        a, b = record.read(old[run]), record.read(new[run])
         for key in RUN_KEYS:
             if a.get(key) != b.get(key):
                 problems.append(f"{run}: {key} {a.get(key)!r} -> {b.get(key)!r}")
@@ -63,7 +61,7 @@ def compare_studies(before: Path, after: Path) -> list[str]:
     new = _by_name(after, "studies/*/summary.json")
     problems = [f"{s}: only in one folder" for s in sorted(set(old) ^ set(new))]
     for study in sorted(set(old) & set(new)):
-        a, b = _json(old[study]), _json(new[study])
+        a, b = summary.read(old[study]), summary.read(new[study])
         if a["status"] != b["status"]:
             problems.append(f"{study}: status {a['status']!r} -> {b['status']!r}")
         if len(a["rows"]) != len(b["rows"]):
@@ -85,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     args = parser.parse_args(argv)
-    problems, runs = compare_runs(args.before, args.after)
-    problems += compare_studies(args.before, args.after)
+    try:
+        problems, runs = compare_runs(args.before, args.after)
+        problems += compare_studies(args.before, args.after)
+    except (record.RecordError, summary.SummaryError) as e:
+        print(e, file=sys.stderr)
+        return 2
     sections = report_sections(args.before), report_sections(args.after)
     if sections[0] != sections[1]:
         problems.append(f"report sections {sections[0]} -> {sections[1]}")

@@ -14,6 +14,7 @@ record, training and the report side by side, the supervisor, the special studie
 - `report/`: the runs table, per-study tables, figures and the HTML report.
 - `record.py`: the run record, metrics.json: built (the rank's seeds, the supervisor's
   envelope), its seeds combined, checked against `metrics.schema.json` and read, in one place.
+- `summary.py`: a special study's record, summary.json, the same way (`summary.schema.json`).
 - `protocol.py`: the ranks' side of what passes between a supervisor and the ranks it starts
   (`as_rank`, error reports, the result file, the fault drill's parser), below both.
 - `files.py`: atomic JSON, CSV and PNG writes, used by every layer.

@@ -71,13 +71,23 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def collect(paths: list[Path]) -> pd.DataFrame:
-    """The runs table: one row per metrics file (none configured: the columns alone)."""
-    rows = [summarize(record.read(p)) for p in paths]
+def read_all(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every run's record, each file read and checked once (record.read), for both tables."""
+    return [record.read(p) for p in paths]
+
+
+def runs_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """The runs table: one row per run's record (none configured: the columns alone)."""
+    rows = [summarize(m) for m in records]
     frame = pd.DataFrame(rows, columns=None if rows else SUMMARY_COLUMNS)
     leading = [c for c in SUMMARY_COLUMNS if c in frame.columns]
     rest = [c for c in frame.columns if c not in leading]
     return frame[leading + rest].sort_values(["study", "run"], kind="stable")
+
+
+def collect(paths: list[Path]) -> pd.DataFrame:
+    """The runs table of these metrics files (`runs_table` of `read_all`)."""
+    return runs_table(read_all(paths))
 
 
 def seed_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,19 +102,24 @@ def seed_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def collect_seeds(paths: list[Path]) -> pd.DataFrame:
+def seeds_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """The per-seed table: one row per seed of every run that trained."""
-    rows = [row for p in paths for row in seed_rows(record.read(p))]
+    rows = [row for m in records for row in seed_rows(m)]
     return pd.DataFrame(rows, columns=["study", "run", "seed", *SEED_COLUMNS])
+
+
+def collect_seeds(paths: list[Path]) -> pd.DataFrame:
+    """The per-seed table of these metrics files (`seeds_table` of `read_all`)."""
+    return seeds_table(read_all(paths))
 
 
 def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     """Entry of the `aggregate_runs` rule (workflow/scripts/aggregate_runs.py); `log` is the
     rule's log, open (dmls.joblog)."""
-    paths = [Path(p) for p in snakemake.input.metrics]
-    frame = collect(paths)
+    records = read_all([Path(p) for p in snakemake.input.metrics])  # each file read once
+    frame = runs_table(records)
     atomic_write(Path(snakemake.output.table), lambda f: frame.to_csv(f, index=False))
-    seeds = collect_seeds(paths)
+    seeds = seeds_table(records)
     atomic_write(Path(snakemake.output.seeds), lambda f: seeds.to_csv(f, index=False))
     print(
         f"{len(frame)} runs: {frame['status'].value_counts().to_dict()}; {len(seeds)} seeds",

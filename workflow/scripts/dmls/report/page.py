@@ -176,7 +176,7 @@ def load_section(path: Path, figure_captions: dict[str, Any]) -> dict[str, Any]:
 def load_special(path: Path) -> dict[str, Any]:
     """A special study's section with its figures and downloads inlined as data URIs, and its
     summary and folder (what its answer is computed from)."""
-    section = special.load(path) | {"summary": read_json(path), "folder": Path(path).parent}
+    section = special.load(path) | {"folder": Path(path).parent}
     section["figures"] = [data_uri(Path(f), "image/png") for f in section["figures"]]
     section["downloads"] = [
         {"name": Path(f).name, "href": data_uri(Path(f), "application/gzip")}

@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from dmls.files import read_json
 from dmls.report.cells import cell, number
+from dmls.summary import read as read_summary
 
 # Per study: the tables to show, as (caption, CSV file, columns; None = all of them).
 TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
@@ -222,9 +222,10 @@ DOWNLOADS = {"profiler": "traces/*.json.gz"}
 
 
 def load(summary_path: Path) -> dict[str, Any]:
-    """One special study's section: its tables, facts, figures and downloads."""
+    """One special study's section: its tables, facts, figures and downloads, and its summary
+    (read once, through dmls.summary.read: a damaged one is named, with how to rebuild it)."""
     folder = Path(summary_path).parent
-    summary = read_json(summary_path)
+    summary = read_summary(summary_path)
     key = summary["study"]
     text = {"dtype": str, "keep_default_na": False} if key in TEXT_TABLES else {}
     tables = [
@@ -254,6 +255,7 @@ def load(summary_path: Path) -> dict[str, Any]:
         "figures": sorted(str(p) for p in folder.glob("*.png")),
         "downloads": sorted(str(p) for p in folder.glob(DOWNLOADS.get(key, "-"))),
         "host": summary["host"],
+        "summary": summary,
     }
 
 

@@ -10,14 +10,15 @@ training, evaluation, checkpoints and teardown. Special studies have their start
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dmls import record
 from dmls.files import new_figure
+from dmls.summary import read as read_summary
 
 SPLIT = ("launcher_s", "import_s", "setup_s", "train_s", "eval_s", "ckpt_s", "teardown_s")
 COLUMNS = {
@@ -84,15 +85,14 @@ def study_row(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_results(results: Path) -> list[dict[str, Any]]:
-    """Every run's and special study's row of a results folder."""
+    """Every run's and special study's row of a results folder, each file read through its
+    owner (record.read, dmls.summary.read: a damaged one is named, with how to rebuild it)."""
     benchmarks = results / "benchmarks" / "train"
     rows = [
-        run_row(json.loads(p.read_text()), benchmarks)
-        for p in sorted(results.glob("runs/*/*/metrics.json"))
+        run_row(record.read(p), benchmarks) for p in sorted(results.glob("runs/*/*/metrics.json"))
     ]
-    return rows + [
-        study_row(json.loads(p.read_text())) for p in sorted(results.glob("studies/*/summary.json"))
-    ]
+    studies = sorted(results.glob("studies/*/summary.json"))
+    return rows + [study_row(read_summary(p)) for p in studies]
 
 
 def _stamp(text: str | None) -> pd.Timestamp | None:

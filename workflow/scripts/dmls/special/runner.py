@@ -14,14 +14,13 @@ import datetime as dt
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
-from dmls import bytecode
+from dmls import bytecode, summary
 from dmls.files import read_json, write_json
 from dmls.special import (
     collectives,
@@ -51,19 +50,10 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "spark_lazy": spark_lazy.run,
     "serialization": serialization.run,
 }
-SUMMARY_VERSION = 1
 
 
 class StudyIncomplete(RuntimeError):
     """Raised under `strict` when a study skipped or failed a part."""
-
-
-def overall_status(rows: list[dict[str, Any]]) -> str:
-    """failed if any part failed; skipped if every part was; else ok (with its skips listed)."""
-    statuses = {r["status"] for r in rows}
-    if "failed" in statuses:
-        return "failed"
-    return "skipped" if statuses == {"skipped"} else "ok"
 
 
 def run_study(
@@ -75,33 +65,30 @@ def run_study(
     threads: int = 1,
     strict: bool = False,
 ) -> dict[str, Any]:
-    """Run one study into `out_dir` and write its summary.json; return the summary."""
+    """Run one study into `out_dir` and write its summary.json (dmls/summary.py); return the
+    summary."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started, start = dt.datetime.now(dt.UTC), time.perf_counter()
     result = STUDIES[name](cfg, out_dir, data_dir=data_dir, threads=threads)
-    rows = result["rows"]
     host = Host.probe()
-    summary = {
-        "summary_version": SUMMARY_VERSION,
-        "study": name,
-        "title": cfg["title"],
-        "status": overall_status(rows),
-        "counts": dict(Counter(r["status"] for r in rows)),
-        **result,
-        "config": cfg,
-        "host": {"hostname": host.hostname, "gpus": list(host.cuda_devices), **describe()},
-        "threads": threads,
-        "started_at": started.isoformat(timespec="seconds"),
-        "wall_time_s": time.perf_counter() - start,
-    }
-    write_json(out_dir / "summary.json", summary)
-    incomplete = [r for r in rows if r["status"] != "ok"]
+    written = summary.new(
+        name,
+        cfg["title"],
+        result,
+        config=cfg,
+        host={"hostname": host.hostname, "gpus": list(host.cuda_devices), **describe()},
+        threads=threads,
+        started_at=started.isoformat(timespec="seconds"),
+        wall_time_s=time.perf_counter() - start,
+    )
+    summary.write(out_dir / "summary.json", written)
+    incomplete = [r for r in result["rows"] if r["status"] != "ok"]
     if strict and incomplete:
         raise StudyIncomplete(
             f"{name}: {len(incomplete)} part(s) not ok, first: {incomplete[0]['reason']}"
         )
-    return summary
+    return written
 
 
 def build_from_snakemake(snakemake: Any, log: IO[str]) -> None:

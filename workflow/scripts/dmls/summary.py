@@ -1,0 +1,155 @@
+"""The special studies' record: the shape of a study's summary.json, the one place that builds
+its frame, writes it and reads it.
+
+A study (dmls/special/<name>.py) returns its rows, each with a status (`ok`, `skipped` where
+this host can't do that part, or `failed`) and a reason, and the study's own results (its
+payload); the runner (special/runner.py `run_study`) hands them to `new`, which adds what every
+summary carries (the overall status and the counts, the config, host, threads and timing), and
+writes it through `write`. Every reader (the report's study sections and answers, the DAG's
+timeline, tools/compare_results.py) reads it through `read`.
+
+The file's shape is summary.schema.json (JSON Schema, versioned by SUMMARY_VERSION; closed: a key
+it does not declare, or one another study's payload has, is an error), checked when a summary is
+written and when it is read, with what a schema can't state (`bounds`: the counts and the overall
+status agree with the rows). Importing this module pulls neither torch nor pandas.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from dmls.files import atomic_write, json_text, read_json
+
+SUMMARY_VERSION = 1
+SCHEMA_PATH = Path(__file__).with_name("summary.schema.json")
+# A row's status, and so the study's.
+STATUSES = ("ok", "skipped", "failed")
+
+
+class SummaryError(ValueError):
+    """A summary.json that can't be read; the message names it and how to rebuild it."""
+
+
+def overall_status(rows: list[dict[str, Any]]) -> str:
+    """failed if any part failed; skipped if every part was; else ok (with its skips listed)."""
+    statuses = {r["status"] for r in rows}
+    if "failed" in statuses:
+        return "failed"
+    return "skipped" if statuses == {"skipped"} else "ok"
+
+
+def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many rows have each status (a status no row has is left out)."""
+    return dict(Counter(r["status"] for r in rows))
+
+
+def new(
+    study: str,
+    title: str,
+    result: dict[str, Any],
+    *,
+    config: dict[str, Any],
+    host: dict[str, Any],
+    threads: int,
+    started_at: str,
+    wall_time_s: float,
+) -> dict[str, Any]:
+    """A study's summary: its `result` (what its `run` returned: `rows` and its payload) in the
+    frame every summary carries."""
+    rows = result["rows"]
+    return {
+        "summary_version": SUMMARY_VERSION,
+        "study": study,
+        "title": title,
+        "status": overall_status(rows),
+        "counts": counts(rows),
+        **result,
+        "config": config,
+        "host": host,
+        "threads": threads,
+        "started_at": started_at,
+        "wall_time_s": wall_time_s,
+    }
+
+
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _declared() -> set[str]:
+    return set(_validator().schema["properties"])
+
+
+def problems(summary: Any) -> list[str]:
+    """What in `summary` breaks the schema, each with where (`rows/3/status`); empty when it is
+    a valid summary of this SUMMARY_VERSION."""
+    if isinstance(summary, dict) and summary.get("summary_version") != SUMMARY_VERSION:
+        return [
+            f"summary version {summary.get('summary_version')}, "
+            f"this pipeline reads {SUMMARY_VERSION}"
+        ]
+    found = []
+    for e in sorted(_validator().iter_errors(summary), key=lambda e: list(e.absolute_path)):
+        where = "/".join(map(str, e.absolute_path)) or "(top)"
+        rule = list(e.schema_path)
+        if rule[0] != "allOf" or "propertyNames" not in rule:
+            found.append(f"{where}: {e.message}")
+        # A study's own keys (allOf); an undeclared key, additionalProperties names already.
+        elif e.instance in _declared():
+            study = summary["study"]
+            found.append(f"{where}: {e.instance!r} belongs to another study's summary, not {study}")
+    return found or bounds(summary)
+
+
+def bounds(summary: dict[str, Any]) -> list[str]:
+    """What a schema can't say of a valid summary: its counts are its rows' and its status is
+    the one `overall_status` gives them."""
+    rows = summary["rows"]
+    found = []
+    if {k: n for k, n in summary["counts"].items() if n} != counts(rows):
+        found.append(f"counts: {summary['counts']}, but the rows have {counts(rows)}")
+    if summary["status"] != overall_status(rows):
+        found.append(
+            f"status: {summary['status']!r}, but the rows make it {overall_status(rows)!r}"
+        )
+    return found
+
+
+def rebuild_hint(path: Path) -> str:
+    return f"rebuild that study: snakemake --forcerun {path}"
+
+
+def read(path: Path) -> dict[str, Any]:
+    """One study's summary.json, checked against the schema; SummaryError names the file, what
+    is wrong (the first three problems) and the command that writes it again."""
+    try:
+        summary = read_json(path)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise SummaryError(
+            f"{path} is not valid JSON ({e}): cut short or changed; {rebuild_hint(path)}"
+        ) from e
+    if found := problems(summary):
+        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+        raise SummaryError(f"{path}: {'; '.join(found[:3])}{more}; {rebuild_hint(path)}")
+    return summary
+
+
+def write(path: Path, summary: dict[str, Any]) -> None:
+    """Write `summary` atomically once it passes the schema, as stored (NaN and infinities as
+    null): a study that breaks it fails its job rather than a report later."""
+    text = json_text(summary)
+    if found := problems(json.loads(text)):
+        raise SummaryError(
+            f"{path}: the summary to write breaks its schema: {'; '.join(found[:3])}"
+        )
+    atomic_write(path, lambda f: f.write(text.encode()))
