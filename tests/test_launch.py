@@ -206,16 +206,39 @@ def test_a_special_studys_agents_are_a_training_runs_with_its_module_for_train_p
         assert ours.env["PYTHONPATH"].split(os.pathsep)[0] == str(WORKER.parent)
 
 
-def test_a_special_studys_slurm_ranks_are_the_tasks_of_one_srun_step():
+def test_a_special_studys_slurm_ranks_start_as_a_training_runs_a_node_agent_per_node(
+    monkeypatch,
+):
+    """One srun step runs node_agent.py once per node, which builds that node's torchrun agent
+    for the module, the step's first node hosting the rendezvous: as a multi-node training run
+    starts, with no rank finding its rendezvous host itself."""
     from dmls.supervisor.launch import group_commands
 
     (cmd,) = group_commands("m", ["a"], nodes=2, nproc_per_node=3, port=20042, name="x",
                             srun=True)  # fmt: skip
     f = flags(cmd.argv)
-    assert cmd.argv[0] == "srun" and f["--nodes"] == "2" and f["--ntasks-per-node"] == "3"
-    assert f["--ntasks"] == "6" and "--kill-on-bad-exit=1" in cmd.argv
-    assert cmd.argv[-4:] == [sys.executable, "-m", "m", "a"]
-    assert cmd.env["MASTER_PORT"] == "20042"
+    assert cmd.argv[0] == "srun" and f["--nodes"] == "2" and f["--ntasks-per-node"] == "1"
+    assert f["--cpus-per-task"] == "3" and "--kill-on-bad-exit=1" in cmd.argv
+    agent = cmd.argv[cmd.argv.index(sys.executable) :]
+    assert agent[1] == str(NODE_AGENT) and agent[-3:] == ["--", "m", "a"]
+    # What node_agent.py runs on node 1 of the step node[3-4]:
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    monkeypatch.setenv("SLURM_STEP_NODELIST", "node[3-4]")
+    from dmls.supervisor import slurm
+
+    monkeypatch.setattr(slurm, "expand_hostlist", lambda hosts: ("node3", "node4"))
+    monkeypatch.setattr(sys, "argv", agent[1:])
+    started = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append(argv))
+    import runpy
+
+    runpy.run_path(str(NODE_AGENT), run_name="__main__")
+    (argv,) = started
+    g = flags(argv)
+    assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-3:] == ["-m", "m", "a"]
+    assert g["--nnodes"] == "2" and g["--nproc_per_node"] == "3"
+    assert g["--rdzv_endpoint"] == "node3:20042" and g["--rdzv_id"] == "x.20042"
+    assert g["--rdzv_conf"] == "is_host=false"
 
 
 def python(code: str) -> Command:

@@ -64,12 +64,12 @@ def die_with_parent(sig: signal.Signals) -> None:
 def as_rank(reports: Path) -> Iterator[int]:
     """Run the body as a rank that a launcher started: it dies with its launcher, prints every
     thread's stack when stopped (SIGTERM), and an error it raises is written to
-    `<reports>/error-rank<N>.json` before it propagates. Yields the rank (torchrun's RANK, else
-    an srun task's SLURM_PROCID)."""
+    `<reports>/error-rank<N>.json` before it propagates. Yields the rank (torchrun's RANK; 0 in a
+    process started alone)."""
     # A rank must not outlive its launcher (a `kill -9` of torchrun would leave it running).
     die_with_parent(signal.SIGKILL)
     faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    rank = int(os.environ.get("RANK", "0"))
     try:
         yield rank
     except BaseException as exc:

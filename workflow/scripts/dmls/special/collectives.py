@@ -5,9 +5,10 @@ process group per (backend, tensor device) of `setups`: NCCL on CUDA tensors, Gl
 tensors, and Gloo on CUDA tensors (what A5's `gloo_*` runs do: Gloo copies them through host
 memory). Gloo on CPU tensors also runs between nodes: `gloo-cpu-nodes` splits the ranks over 2
 emulated nodes, each started by its own torchrun agent, as the engine emulates B's nodes on one
-host; `gloo-cpu-slurm` makes them the tasks of one `srun` step over 2 nodes of the Slurm
-cluster this host submits to (skipped with the reason without one). The ranks are started,
-and stopped when one fails, as a training run's are (special/ranks.py). For each collective
+host; `gloo-cpu-slurm` runs them on 2 nodes of the Slurm cluster this host submits to, one
+srun step starting a torchrun agent on each node as a multi-node training run's does (skipped
+with the reason without a cluster). The ranks are started, and stopped when one fails, as a
+training run's are (special/ranks.py). For each collective
 and message size (powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup`
 untimed calls, every one of `iterations` calls is timed between barriers on rank 0; the
 latency is their median.
@@ -40,7 +41,6 @@ from dmls.comm import DDP_BUCKET_BYTES, latency_at
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.protocol import as_rank
 from dmls.special import error_line, ranks
-from dmls.supervisor.slurm import SrunTask
 from dmls.training.models import course_cnn
 
 log = logging.getLogger(__name__)
@@ -109,14 +109,10 @@ def _time_op(op: str, size: int, world: int, device: torch.device, cfg: dict) ->
 
 def _worker(world: int, backend: str, device_type: str, cfg: dict, out: str,
             reports: str) -> None:  # fmt: skip
-    """One rank of a sweep (a process of its own, started by `sweep`): torchrun's rank, or an
-    srun task's; rank 0 writes the timings to `out`, a rank that fails its error to
+    """One rank of a sweep (a process of its own, started by `sweep` through torchrun); rank 0
+    writes the timings to `out`, a rank that fails its error to
     `reports`."""
     with as_rank(Path(reports)) as rank:
-        if "RANK" not in os.environ:
-            # A task of an srun step, not torchrun's: the step's first node hosts the
-            # rendezvous.
-            os.environ["MASTER_ADDR"] = SrunTask.current().first_node
         _time_every_op(rank, world, backend, device_type, cfg, out)
 
 
@@ -148,7 +144,7 @@ def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path,
           placement: str = "host") -> list[dict[str, Any]]:  # fmt: skip
     """One setup's rows: every collective and size, timed by `world` ranks started as a
     training run's are (special/ranks.py): by one torchrun agent on this host, by one per
-    emulated node, or as the tasks of an srun step (`placement`). A failed setup's folder
+    emulated node, or one per Slurm node of an srun step (`placement`). A failed setup's folder
     (`ranks/<setup>`) keeps the ranks' output and errors."""
     setup = f"{backend}-{device}-{placement}-{world}"
     raw, folder = out_dir / f".{setup}.json", out_dir / "ranks" / setup

@@ -3,9 +3,11 @@ spec (`build_commands`) and for the special studies that need several processes
 (`group_commands`); supervisor/processes.py starts and stops them.
 
 Commands are argument lists (never shell strings), so no config value is ever parsed by a shell.
-Each node is one launcher agent. Inside a Slurm allocation of the run's nodes, one `srun` starts
-an agent on every node (node_agent.py builds each node's command there); elsewhere, several
-nodes are emulated by starting one agent per node on this host, all meeting on loopback.
+Each node is one launcher agent, for a training run and a special study's ranks alike. Inside a
+Slurm allocation, one `srun` starts node_agent.py on every node, which builds that node's agent
+command there and picks the rendezvous host, the step's first node (the one place it is chosen);
+elsewhere, several nodes are emulated by starting one agent per node on this host, all meeting
+on loopback.
 """
 
 from __future__ import annotations
@@ -216,36 +218,62 @@ def group_commands(
     threads_per_process: int = 1,
 ) -> list[Command]:
     """The commands that start `nodes` × `nproc_per_node` processes of `python -m module args`
-    (a special study's ranks), as a training run's are: one torchrun agent per emulated node
-    on this host, meeting on loopback at `port` in rendezvous `name`; or, with `srun`, the
-    tasks of one srun step over `nodes` nodes of the Slurm cluster, each task a rank (its
-    rank is SLURM_PROCID; the step's first node serves the rendezvous on `port`)."""
+    (a special study's ranks) as a training run's are started: a torchrun agent per node, in
+    rendezvous `name` on `port`. Here, one agent per emulated node, meeting on loopback; with
+    `srun`, one srun step over `nodes` nodes of the Slurm cluster whose task on each node is
+    node_agent.py, which starts that node's torchrun agent (the step's first node serves the
+    rendezvous: `group_agent_command`)."""
     if srun:
-        # Each task is a rank: it finds the step's first node (its MASTER_ADDR) in Slurm's
-        # variables, and MASTER_PORT here.
-        env = _thread_env(threads_per_process) | {"MASTER_PORT": str(port)}
+        agent = [
+            sys.executable, str(NODE_AGENT),
+            "--port", str(port),
+            "--threads-per-process", str(threads_per_process),
+            "--group", name, "--nnodes", str(nodes), "--nproc-per-node", str(nproc_per_node),
+            "--", module, *args,
+        ]  # fmt: skip
         commands = [
             srun_command(
-                [sys.executable, "-m", module, *args], nodes=nodes,
-                tasks_per_node=nproc_per_node, cpus_per_task=threads_per_process,
+                agent, nodes=nodes, tasks_per_node=1,
+                cpus_per_task=threads_per_process * nproc_per_node,
                 # A step of its own, not a job's allocation: fail within a minute rather than
                 # wait behind other jobs for the nodes.
                 immediate_s=60,
             )
         ]  # fmt: skip
     else:
-        env = {}  # torchrun's agents set the ranks' variables
         commands = [
-            torchrun_command(
-                ["-m", module], args, nodes=nodes, nproc_per_node=nproc_per_node,
-                node_rank=node, master_addr=LOOPBACK, port=port, rdzv_id=f"{name}.{port}",
+            group_agent_command(
+                module, args, name=name, nodes=nodes, nproc_per_node=nproc_per_node,
+                node_rank=node, master_addr=LOOPBACK, port=port,
                 threads_per_process=threads_per_process,
             )
             for node in range(nodes)
         ]  # fmt: skip
     # The module is found where `dmls` is, whatever the folder the processes start in.
     path = os.pathsep.join(filter(None, (str(SCRIPTS), os.environ.get("PYTHONPATH"))))
-    return [Command(c.argv, c.env | env | {"PYTHONPATH": path}) for c in commands]
+    return [Command(c.argv, c.env | {"PYTHONPATH": path}) for c in commands]
+
+
+def group_agent_command(
+    module: str,
+    args: list[str],
+    *,
+    name: str,
+    nodes: int,
+    nproc_per_node: int,
+    node_rank: int,
+    master_addr: str,
+    port: int,
+    threads_per_process: int,
+) -> Command:
+    """The torchrun agent of node `node_rank` of a special study's group `name`: it starts
+    `nproc_per_node` ranks of `python -m module args`; node 0 at `master_addr` hosts the
+    rendezvous on `port`."""
+    return torchrun_command(
+        ["-m", module], args, nodes=nodes, nproc_per_node=nproc_per_node, node_rank=node_rank,
+        master_addr=master_addr, port=port, rdzv_id=f"{name}.{port}",
+        threads_per_process=threads_per_process,
+    )  # fmt: skip
 
 
 def _thread_env(threads_per_process: int) -> dict[str, str]:
