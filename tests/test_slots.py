@@ -82,20 +82,26 @@ def test_a_killed_holder_frees_its_slots(lock_dir):
         assert r.waited_s < 1 and r.gpus == ("0", "1")
 
 
-def test_apply_narrows_the_process_and_its_children():
+def test_a_reservation_narrows_the_command_it_is_given_to_not_the_caller():
+    """Its GPUs reach a command through the command's environment and its cores through
+    `pin` in the child (processes.start_and_wait): the process that reserved is unchanged."""
     code = (
         "import os, sys; sys.path.insert(0, sys.argv[1]); from dmls.supervisor import slots\n"
-        "cores = sorted(os.sched_getaffinity(0))[:1]\n"
+        "before = os.sched_getaffinity(0); cores = sorted(before)[:1]\n"
         "with slots.reserve(0, 1, gpu_names=[], core_ids=cores) as r:\n"
-        "    r.apply()\n"
-        "    print(os.environ['CUDA_VISIBLE_DEVICES'] == '',\n"
-        "          sorted(os.sched_getaffinity(0)) == cores)"
+        "    print(r.environment() == {'CUDA_VISIBLE_DEVICES': ''},\n"
+        "          'CUDA_VISIBLE_DEVICES' not in os.environ,\n"
+        "          os.sched_getaffinity(0) == before, flush=True)\n"
+        "    if os.fork() == 0:\n"
+        "        r.pin(); print(sorted(os.sched_getaffinity(0)) == cores, flush=True)\n"
+        "        os._exit(0)\n"
+        "    os.wait()"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(ROOT / "workflow" / "scripts")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert out.stdout.split() == ["True", "True"]
+    assert out.stdout.split() == ["True"] * 4
 
 
 def test_visible_gpus_are_named_as_cuda_visible_devices_names_them(monkeypatch):

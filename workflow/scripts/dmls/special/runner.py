@@ -9,10 +9,13 @@ every summary carries (config, host, versions, timing) and writes `summary.json`
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import IO, Any
 
 import torch
 
-from dmls import bytecode, summary
+from dmls import bytecode, joblog, summary
 from dmls.files import read_json, write_json
 from dmls.special import (
     collectives,
@@ -35,7 +38,7 @@ from dmls.special import (
     spark_lazy,
 )
 from dmls.special.kernels import fused_conv_relu
-from dmls.supervisor import slots
+from dmls.supervisor import launch, processes, slots
 from dmls.supervisor.hardware import Host, describe
 
 STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
@@ -104,23 +107,31 @@ def build_from_snakemake(snakemake: Any, log: IO[str]) -> None:
 
 def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     """Entry of the special-study rules (workflow/scripts/run_special_study.py; `params.study`
-    names the study). It logs through `logging` into the rule's `log`, open (dmls.joblog)."""
-    manifest = getattr(snakemake.input, "manifest", None)
+    names the study). The study runs in a process of its own (`study_command`), as a training
+    run's ranks do: its environment (the extension the build job compiled, the bytecode cache,
+    the GPUs reserved) and its cores are given to that command, never set in this one. Its
+    output goes to the rule's `log`, open (dmls.joblog)."""
+    env: dict[str, str] = {}
     prebuilt = getattr(snakemake.input, "extension", None)
     if prebuilt and (record := read_json(Path(prebuilt)))["status"] == "ok":
         # Load the extension the build job compiled (rules/studies.smk) instead of compiling
         # it again while this study holds a GPU.
-        os.environ["TORCH_EXTENSIONS_DIR"] = record["build_root"]
+        env["TORCH_EXTENSIONS_DIR"] = record["build_root"]
     if snakemake.config["runtime"]["bytecode_cache"]:
-        # This job's own environment, which the ranks it starts inherit (dmls/bytecode.py).
-        os.environ.update(bytecode.environment())
+        env |= bytecode.environment()  # (dmls/bytecode.py; the ranks it starts inherit it)
+    manifest = getattr(snakemake.input, "manifest", None)
+    command = study_command(
+        snakemake.params.study, snakemake.params.cfg, Path(snakemake.output.summary).parent,
+        data_dir=Path(manifest).parent if manifest else None, threads=snakemake.threads,
+        strict=snakemake.config["strict"], env=env,
+    )  # fmt: skip
     timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
     with contextlib.ExitStack() as held:
+        reservation = None
         if timed:
-            # Timed like a training run: its own cores and GPU (supervisor/slots.py), held
-            # until the study ends; set before this process initialises CUDA. The GPUs are
-            # counted by device_count, which asks NVML: after is_available() (which
-            # initialises the driver) a narrower CUDA_VISIBLE_DEVICES is ignored.
+            # Timed like a training run: its own cores and GPUs (supervisor/slots.py), held
+            # until the study ends. The GPUs are counted by device_count, which asks NVML
+            # without initialising CUDA here.
             gpu_names = slots.visible_gpus(torch.cuda.device_count())
             # One GPU, or as many as the study's processes use (the collectives' sweep).
             wanted = snakemake.params.get("gpus", 1)
@@ -129,13 +140,56 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
                 on_wait=logging.info,
             )  # fmt: skip
             reservation = held.enter_context(reserving)
-            reservation.apply()
             logging.info("reserved %s", reservation.to_dict())
-        run_study(
-            snakemake.params.study,
-            snakemake.params.cfg,
-            Path(snakemake.output.summary).parent,
-            data_dir=Path(manifest).parent if manifest else None,
-            threads=snakemake.threads,
-            strict=snakemake.config["strict"],
+        log.flush()
+        outcome = processes.start_and_wait(
+            [command], log, env=reservation.environment() if reservation else None,
+            in_child=reservation.pin if reservation else None,
+        )  # fmt: skip
+    if not outcome.ok:
+        raise StudyIncomplete(
+            f"{snakemake.params.study}: its process exited with code {outcome.exit_codes[0]} "
+            f"(the traceback is above, in {log.name})"
         )
+
+
+def study_command(
+    name: str,
+    cfg: dict[str, Any],
+    out_dir: Path,
+    *,
+    data_dir: Path | None,
+    threads: int,
+    strict: bool,
+    env: dict[str, str],
+) -> launch.Command:
+    """The command that runs study `name` (`run_study`) in a process of its own, with `env`."""
+    argv = [
+        sys.executable, "-m", "dmls.special.runner", name, json.dumps(cfg), str(out_dir),
+        "--threads", str(threads),
+        *(["--data-dir", str(data_dir)] if data_dir else []),
+        *(["--strict"] if strict else []),
+    ]  # fmt: skip
+    # The module is found where `dmls` is, whatever the folder the process starts in.
+    path = os.pathsep.join(filter(None, (str(launch.SCRIPTS), os.environ.get("PYTHONPATH"))))
+    return launch.Command(argv, env | {"PYTHONPATH": path})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m dmls.special.runner STUDY CFG_JSON OUT_DIR [--data-dir D] [--threads N]
+    [--strict]`: run one study (`study_command` builds this), logging to stderr."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("study", choices=sorted(STUDIES))
+    parser.add_argument("cfg", type=json.loads, help="the study's config (JSON)")
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--strict", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=joblog.FORMAT)
+    run_study(args.study, args.cfg, args.out_dir, data_dir=args.data_dir,
+              threads=args.threads, strict=args.strict)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

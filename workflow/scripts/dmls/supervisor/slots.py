@@ -62,12 +62,6 @@ class Reservation:
         """Bind the calling process (and what it starts later) to the reserved cores."""
         os.sched_setaffinity(0, self.cores)
 
-    def apply(self) -> None:
-        """Narrow this process (and every process it starts) to the reserved GPUs and cores.
-        Call it before CUDA is initialised in this process."""
-        os.environ.update(self.environment())
-        self.pin()
-
     def to_dict(self) -> dict[str, object]:
         return {"gpus": list(self.gpus), "cores": list(self.cores), "waited_s": self.waited_s}
 
