@@ -58,9 +58,8 @@ def test_the_extension_build_job_says_why_it_built_nothing_on_a_host_without_gpu
 ):
     import os
 
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # The build runs in a process of its own: hide the GPUs from it.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     record_path = tmp_path / "build" / "fused_conv_relu.json"
     record_path.parent.mkdir()
@@ -73,19 +72,23 @@ def test_the_extension_build_job_says_why_it_built_nothing_on_a_host_without_gpu
         runner.build_from_snakemake(job, log)
     record = read_json(record_path)
     assert record["status"] == "skipped" and "no CUDA GPU" in record["reason"]
-    assert "TORCH_EXTENSIONS_DIR" not in os.environ  # nothing built, nothing pointed at
+    assert "TORCH_EXTENSIONS_DIR" not in os.environ  # the job's own process is unchanged
 
 
 def test_study_c_loads_the_extension_the_build_job_compiled(tmp_path, monkeypatch):
+    """The study's process is given the prebuilt extension's folder; the job's own process
+    keeps its environment (one policy: per command)."""
     import os
 
-    seen = {}
+    from dmls.supervisor import processes
 
-    def study(cfg, out_dir, **_):
-        seen["dir"] = os.environ.get("TORCH_EXTENSIONS_DIR")
-        return {"rows": [{"status": "ok", "reason": None}]}
+    started = []
 
-    monkeypatch.setitem(runner.STUDIES, "fake", study)
+    def start_and_wait(commands, log, **_):
+        started.extend(commands)
+        return processes.Outcome([0], 0.1, None)
+
+    monkeypatch.setattr(processes, "start_and_wait", start_and_wait)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/elsewhere")
     built = tmp_path / "fused_conv_relu.json"
     built.write_text('{"status": "ok", "build_root": "/prebuilt"}')
@@ -93,8 +96,11 @@ def test_study_c_loads_the_extension_the_build_job_compiled(tmp_path, monkeypatc
         tmp_path,
         input=SimpleNamespace(extension=str(built)),
         output=SimpleNamespace(summary=str(tmp_path / "fake" / "summary.json")),
-        params=SimpleNamespace(study="fake", cfg={"title": "T"}),
+        params=SimpleNamespace(study="fused_conv", cfg={"title": "T"}),
     )
     with job_log(job.log[0]) as log:
         runner.main_from_snakemake(job, log)
-    assert seen["dir"] == "/prebuilt"
+    (command,) = started
+    assert command.argv[1:4] == ["-m", "dmls.special.runner", "fused_conv"]
+    assert command.env["TORCH_EXTENSIONS_DIR"] == "/prebuilt"
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == "/elsewhere"

@@ -24,7 +24,7 @@ from typing import IO, Any
 import torch
 
 from dmls import bytecode, joblog, summary
-from dmls.files import read_json, write_json
+from dmls.files import read_json
 from dmls.special import (
     collectives,
     float32_bytes,
@@ -98,9 +98,24 @@ def build_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     """Entry of the `build_fused_conv_relu` rule (workflow/scripts/build_extension.py): compile
     C's CUDA extension, record how. It logs through `logging` into the rule's `log`, open
     (dmls.joblog)."""
-    record = fused_conv_relu.prebuild(Path(snakemake.params.build_root), snakemake.threads)
+    build_root, out = Path(snakemake.params.build_root), Path(snakemake.output.record)
+    # The build runs in a process of its own, its environment given to it (one policy).
+    code = (
+        "import json, sys; from pathlib import Path\n"
+        "from dmls.files import write_json\n"
+        "from dmls.special.kernels.fused_conv_relu import prebuild\n"
+        "write_json(Path(sys.argv[2]), prebuild(Path(sys.argv[1])))"
+    )
+    env = fused_conv_relu.build_environment(build_root, snakemake.threads)
+    command = launch.Command(
+        [sys.executable, "-c", code, str(build_root), str(out)], env | _python_path()
+    )
+    log.flush()
+    outcome = processes.start_and_wait([command], log)
+    if not outcome.ok:
+        raise StudyIncomplete(f"building the extension exited with {outcome.exit_codes[0]}")
+    record = read_json(out)
     logging.info("%s", record)
-    write_json(Path(snakemake.output.record), record)
     if snakemake.config["strict"] and record["status"] == "failed":
         raise StudyIncomplete(f"{record['extension']}: {record['reason']}")
 
@@ -170,9 +185,16 @@ def study_command(
         *(["--data-dir", str(data_dir)] if data_dir else []),
         *(["--strict"] if strict else []),
     ]  # fmt: skip
-    # The module is found where `dmls` is, whatever the folder the process starts in.
-    path = os.pathsep.join(filter(None, (str(launch.SCRIPTS), os.environ.get("PYTHONPATH"))))
-    return launch.Command(argv, env | {"PYTHONPATH": path})
+    return launch.Command(argv, env | _python_path())
+
+
+def _python_path() -> dict[str, str]:
+    """The module is found where `dmls` is, whatever the folder the process starts in."""
+    return {
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, (str(launch.SCRIPTS), os.environ.get("PYTHONPATH")))
+        )
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

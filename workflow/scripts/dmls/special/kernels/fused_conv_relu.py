@@ -116,17 +116,23 @@ def load_extension() -> None:
     log.info("%s ready in %.1f s", EXTENSION_NAME, time.perf_counter() - start)
 
 
-def prebuild(build_root: Path, threads: int = 1) -> dict[str, Any]:
-    """Compile the extension into `build_root` ahead of the code that loads it (with
-    TORCH_EXTENSIONS_DIR pointing there). The DAG does this in a job of its own, because nvcc
-    needs cores, not the GPU that study C holds while it runs. Returns what happened: status
-    `ok` with the build's seconds, or `skipped` / `failed` with the reason."""
+def build_environment(build_root: Path, threads: int) -> dict[str, str]:
+    """What a process that builds or loads the extension in `build_root` needs in its
+    environment: torch's extensions folder, and ninja's parallel compile jobs."""
+    return {"TORCH_EXTENSIONS_DIR": str(build_root), "MAX_JOBS": str(threads)}
+
+
+def prebuild(build_root: Path) -> dict[str, Any]:
+    """Compile the extension into `build_root` ahead of the code that loads it, in a process
+    whose environment points there (`build_environment`). The DAG does this in a job of its
+    own, because nvcc needs cores, not the GPU that study C holds while it runs. Returns what
+    happened: status `ok` with the build's seconds, or `skipped` / `failed` with the reason."""
     record: dict[str, Any] = {"extension": EXTENSION_NAME, "build_root": str(build_root)}
     if not torch.cuda.is_available():
         reason = "no CUDA GPU on this host: the kernel can't run here, so it is not built"
         return record | {"status": "skipped", "reason": reason}
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(build_root)
-    os.environ.setdefault("MAX_JOBS", str(threads))  # ninja's parallel compile jobs
+    if Path(os.environ.get("TORCH_EXTENSIONS_DIR", "")) != build_root:
+        raise ValueError(f"prebuild({build_root}) needs TORCH_EXTENSIONS_DIR={build_root}")
     start = time.perf_counter()
     try:
         load_extension()
