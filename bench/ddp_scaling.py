@@ -14,6 +14,12 @@ epochs, and reports:
 Two-process variants are compared with the one-process run of the same step (graph or
 compile). Some change DDP's own settings (see VARIANTS), to measure them before the engine
 adopts them; so far none beat its defaults (docs/performance.md, "What limits DDP").
+
+Ranks start here with torch.multiprocessing.spawn, not the supervisor's launcher
+(dmls/supervisor/launch.py): each rank wraps the engine's Trainer to change DDP's own arguments
+(`ddp_kwargs`) and profile one epoch in-process, which a launched worker doesn't expose. What is
+measured (an epoch's steps, in the ranks) starts after the launcher's part and doesn't depend
+on it; the launcher's own cost is bench/launch_overhead.py's.
 """
 
 from __future__ import annotations

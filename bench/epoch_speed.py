@@ -14,6 +14,12 @@ epochs after the first, which also pays for cuDNN autotuning, CUDA-graph capture
 compilation. The table puts the ratios the targets are stated in first; --out writes JSON.
 With --accuracy-data (a folder with Fashion-MNIST's IDX files), the course path and the fast
 path also train on real Fashion-MNIST for a few seeds, to show they reach the same accuracy.
+
+The DDP rows start their ranks with torch.multiprocessing.spawn, setting the variables torchrun
+sets, not through the supervisor's launcher (dmls/supervisor/launch.py): an epoch's time is
+counted inside the ranks, after any launcher's part, so the two give the same epoch; spawn
+keeps every row in this one script's run. Jobs through the launcher are bench/seeds_cost.py's
+and bench/launch_overhead.py's.
 """
 
 from __future__ import annotations

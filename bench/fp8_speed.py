@@ -4,7 +4,8 @@ compiled step (#17's target: the fp8 epoch at most 1.5x bf16's).
 
     python3 bench/fp8_speed.py [--epochs 4] [--out fp8.json]      # a host with 2 GPUs (sm 89+)
 
-Each row is one training of the pipeline's own engine (bench/epoch_speed.py's DDP path) on a
+Each row is one training of the pipeline's own engine (bench/epoch_speed.py's DDP path: ranks
+started by torch.multiprocessing.spawn, whose docstring says why) on a
 synthetic CIFAR-sized set; its steady epoch is the median of epochs 2..E.
 """
 

@@ -20,6 +20,8 @@ process compiles torch's modules again.
    as the supervisor starts it (launch.py: c10d rendezvous) and with the static rendezvous
    torchrun uses by default: from starting the agent to the ranks' start, and from the last
    rank's end to the agent's exit.
+   This part starts torchrun itself, not through the supervisor's launcher: it measures the
+   agent alone, and the static rendezvous the launcher doesn't use.
 4. A1's `ddp_2gpu` as the DAG runs it (dmls.supervisor.supervise.run, torchrun, 1 seed, data on
    the GPU, CUDA graphs), on a synthetic CIFAR-sized set, `--job-repeats` times: the seconds
    outside training and evaluation, split as the report's DAG timeline splits them (launcher,

@@ -22,6 +22,12 @@ Per setting and rank: median ms of the step and of its forward (with DDP's buffe
 backward (with the gradient all-reduce's wait) and optimizer step; the mean step; involuntary
 context switches per 1,000 steps (the kernel taking a core from a runnable thread). The first
 200 steps are warm-up. Nothing here is a timed test: the numbers go in the issue's note.
+
+Its DDP settings start torchrun (`--standalone`) directly under `taskset`, not through the
+supervisor's launcher (dmls/supervisor/launch.py): each setting changes one thing of the bare
+step (threads, cores, the wait policy, DDP's buffer broadcast), with no engine, seed loop or
+supervisor around it. B1's runs in the report go through the launcher; this takes their step
+apart.
 """
 
 from __future__ import annotations
