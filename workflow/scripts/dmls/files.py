@@ -7,6 +7,7 @@ Importing this module is cheap (no matplotlib, no torch): the supervisor uses it
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -52,6 +53,44 @@ def write_json(path: Path, data: Any) -> None:
 def read_json(path: Path) -> Any:
     with open(path) as f:
         return json.load(f)
+
+
+@functools.cache
+def schema_validator(schema_path: Path) -> Any:
+    """A JSON Schema validator for the schema in `schema_path`, itself checked, built once."""
+    import jsonschema
+
+    schema = json.loads(schema_path.read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def read_checked(
+    path: Path, problems: Callable[[Any], list[str]], error: type[Exception], rebuild: str
+) -> Any:
+    """A JSON file that `problems` finds nothing wrong with; `error` otherwise, naming the file,
+    what is wrong (the first three problems) and `rebuild`, the command that writes it again.
+    The one way a record (dmls/record.py, dmls/summary.py) is read."""
+    try:
+        value = read_json(path)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise error(f"{path} is not valid JSON ({e}): cut short or changed; {rebuild}") from e
+    if found := problems(value):
+        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+        raise error(f"{path}: {'; '.join(found[:3])}{more}; {rebuild}")
+    return value
+
+
+def write_checked(
+    path: Path, value: Any, problems: Callable[[Any], list[str]], error: type[Exception]
+) -> None:
+    """Write `value` atomically once `problems` finds nothing wrong with it as stored (NaN and
+    infinities as null): a bug in a writer fails its job rather than a report later."""
+    text = json_text(value)
+    if found := problems(json.loads(text)):
+        raise error(f"{path}: what is to be written breaks its schema: {'; '.join(found[:3])}")
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def _finite(value: Any) -> Any:

@@ -27,17 +27,13 @@ bounds a schema can't state (`bounds`). Importing this module pulls neither torc
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
-
 from dmls import stats
-from dmls.files import atomic_write, json_text, read_json
+from dmls.files import read_checked, schema_validator, write_checked
 
 if TYPE_CHECKING:
     from dmls.config.spec import RunSpec
@@ -80,12 +76,8 @@ class RecordError(ValueError):
     """A metrics.json that can't be read; the message names it and how to rebuild it."""
 
 
-@functools.cache
-def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(SCHEMA_PATH.read_text())
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
+def _validator() -> Any:
+    return schema_validator(SCHEMA_PATH)
 
 
 def problems(record: Any) -> list[str]:
@@ -126,25 +118,12 @@ def rebuild_hint(path: Path) -> str:
 def read(path: Path) -> dict[str, Any]:
     """One run's metrics.json, checked against the schema; RecordError names the file, what is
     wrong (the first three problems) and the command that writes it again."""
-    try:
-        record = read_json(path)
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise RecordError(
-            f"{path} is not valid JSON ({e}): cut short or changed; {rebuild_hint(path)}"
-        ) from e
-    if found := problems(record):
-        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-        raise RecordError(f"{path}: {'; '.join(found[:3])}{more}; {rebuild_hint(path)}")
-    return record
+    return read_checked(path, problems, RecordError, rebuild_hint(path))
 
 
 def write(path: Path, record: dict[str, Any]) -> None:
-    """Write `record` atomically once it passes the schema, as stored (NaN and infinities as
-    null): a bug in a writer fails its job rather than a report later."""
-    text = json_text(record)
-    if found := problems(json.loads(text)):
-        raise RecordError(f"{path}: the record to write breaks its schema: {'; '.join(found[:3])}")
-    atomic_write(path, lambda f: f.write(text.encode()))
+    """Write `record` atomically once it passes the schema (files.write_checked)."""
+    write_checked(path, record, problems, RecordError)
 
 
 # --- Building the record ---------------------------------------------------------------------

@@ -16,15 +16,11 @@ status agree with the rows). Importing this module pulls neither torch nor panda
 
 from __future__ import annotations
 
-import functools
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
-from dmls.files import atomic_write, json_text, read_json
+from dmls.files import read_checked, schema_validator, write_checked
 
 SUMMARY_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("summary.schema.json")
@@ -78,12 +74,8 @@ def new(
     }
 
 
-@functools.cache
-def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(SCHEMA_PATH.read_text())
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
+def _validator() -> Any:
+    return schema_validator(SCHEMA_PATH)
 
 
 def _declared() -> set[str]:
@@ -132,24 +124,9 @@ def rebuild_hint(path: Path) -> str:
 def read(path: Path) -> dict[str, Any]:
     """One study's summary.json, checked against the schema; SummaryError names the file, what
     is wrong (the first three problems) and the command that writes it again."""
-    try:
-        summary = read_json(path)
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise SummaryError(
-            f"{path} is not valid JSON ({e}): cut short or changed; {rebuild_hint(path)}"
-        ) from e
-    if found := problems(summary):
-        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-        raise SummaryError(f"{path}: {'; '.join(found[:3])}{more}; {rebuild_hint(path)}")
-    return summary
+    return read_checked(path, problems, SummaryError, rebuild_hint(path))
 
 
 def write(path: Path, summary: dict[str, Any]) -> None:
-    """Write `summary` atomically once it passes the schema, as stored (NaN and infinities as
-    null): a study that breaks it fails its job rather than a report later."""
-    text = json_text(summary)
-    if found := problems(json.loads(text)):
-        raise SummaryError(
-            f"{path}: the summary to write breaks its schema: {'; '.join(found[:3])}"
-        )
-    atomic_write(path, lambda f: f.write(text.encode()))
+    """Write `summary` atomically once it passes the schema (files.write_checked)."""
+    write_checked(path, summary, problems, SummaryError)

@@ -1,9 +1,6 @@
 """The memory studies' facts: D1 (LeNet-5's memory, estimated and measured), D3 (the bytes
 of a float32) and D4 (sharding's memory and time).
-
-Each facts function gives `(summary, folder) -> (case, facts)`: the study's numbers as the words
-of its answer (report/special_answers.py fills report/studies.yaml's templates with them), or
-raises NotMeasured with why.
+(report/special_answers.py says what a facts function gives.)
 """
 
 from __future__ import annotations

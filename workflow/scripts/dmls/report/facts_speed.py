@@ -1,9 +1,6 @@
 """The speed studies' facts: B4 (the profiler's costliest kinds), C (the fused kernel against
 cuDNN), D5 (graphs: compiled and exported) and A5 explained (the collectives' sweep).
-
-Each facts function gives `(summary, folder) -> (case, facts)`: the study's numbers as the words
-of its answer (report/special_answers.py fills report/studies.yaml's templates with them), or
-raises NotMeasured with why.
+(report/special_answers.py says what a facts function gives.)
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The systems studies' facts: D2 (failure with and without a spare), D6 (Spark's lazy
 evaluation, line by line) and D7 (serialization's pitfalls).
-
-Each facts function gives `(summary, folder) -> (case, facts)`: the study's numbers as the words
-of its answer (report/special_answers.py fills report/studies.yaml's templates with them), or
-raises NotMeasured with why.
+(report/special_answers.py says what a facts function gives.)
 """
 
 from __future__ import annotations
