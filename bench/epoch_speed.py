@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
+from dmls import record  # noqa: E402
 from dmls.config.spec import RunSpec, deep_merge, resolve_runs  # noqa: E402
 from dmls.data import datasets  # noqa: E402
 from dmls.training import job as trainer  # noqa: E402
@@ -107,8 +108,10 @@ def train_once(spec: RunSpec, data_dir: Path, work: Path) -> dict[str, Any]:
 
 
 def first_seed(result: dict[str, Any]) -> dict[str, Any]:
-    """The job's first seed's result, with how the job ended."""
-    return result["seeds"][0] | {"status": result["status"], "reason": result["reason"]}
+    """The job's first seed's result, with how the job ended (record.combine: as the
+    supervisor records it)."""
+    combined = record.combine(result)
+    return result["seeds"][0] | {"status": combined["status"], "reason": combined["reason"]}
 
 
 def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str, out: str):
