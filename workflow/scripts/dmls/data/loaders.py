@@ -123,45 +123,85 @@ def make_loaders(
     last = len(sampler) % samples_per_step  # the ragged last batch of each epoch, if any
     unseen_reason = _unseen_reason(spec, last, devices_per_step, min_samples_per_device)
     drop_last = unseen_reason is not None
-    images = x_train.ndim == 4
-    common = dict(
+    evaluation = functools.partial(
+        _evaluation_batches, spec, manifest=ds.manifest, rank=rank, world_size=world_size,
+        device=device, samples_per_step=samples_per_step, memory_format=memory_format,
+    )  # fmt: skip
+    test = evaluation(x_test, y_test)
+    validation = evaluation(x_val, y_val) if spec.validation_samples else None
+    train = _training_batches(
+        spec, x_train, y_train, ds.manifest, sampler, device=device,
+        samples_per_step=samples_per_step, drop_last=drop_last, memory_format=memory_format,
+    )  # fmt: skip
+    return Loaders(
+        train, test, sampler, len(y_train), len(y_test), ds.manifest,
+        last if drop_last else 0, unseen_reason, validation, len(y_val),
+    )  # fmt: skip
+
+
+def _loader_options(spec: RunSpec, device: torch.device) -> dict[str, Any]:
+    """`loader: torch`'s DataLoader options, the same for training and evaluation."""
+    return dict(
         num_workers=spec.num_workers,
         pin_memory=device.type == "cuda",
         persistent_workers=spec.num_workers > 0,
     )
 
-    def evaluation(x: np.ndarray, y: np.ndarray) -> Any:
-        """This rank's evaluation batches of (x, y): standardised, never augmented, sharded
-        without DistributedSampler's padding, so the reduced metrics cover every sample
-        exactly once. The validation split and the test set go through here alike."""
-        xs = normalize(torch.from_numpy(x), ds.manifest) if images else torch.from_numpy(x)
-        xs, ys = xs[rank::world_size], torch.from_numpy(y)[rank::world_size]
-        batch = max(samples_per_step, 256)
-        if spec.loader == "device":
-            xs = xs.contiguous(memory_format=memory_format) if images else xs
-            return DeviceBatches(xs.to(device), ys.to(device), batch)
-        return DataLoader(TensorDataset(xs, ys), batch_size=batch, shuffle=False, **common)
 
-    test = evaluation(x_test, y_test)
-    validation = evaluation(x_val, y_val) if spec.validation_samples else None
+def _evaluation_batches(
+    spec: RunSpec,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    manifest: dict[str, Any],
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    samples_per_step: int,
+    memory_format: torch.memory_format,
+) -> Any:
+    """This rank's evaluation batches of (x, y): standardised, never augmented, sharded
+    without DistributedSampler's padding, so the reduced metrics cover every sample
+    exactly once. The validation split and the test set go through here alike."""
+    images = x.ndim == 4
+    xs = normalize(torch.from_numpy(x), manifest) if images else torch.from_numpy(x)
+    xs, ys = xs[rank::world_size], torch.from_numpy(y)[rank::world_size]
+    batch = max(samples_per_step, 256)
+    if spec.loader == "device":
+        xs = xs.contiguous(memory_format=memory_format) if images else xs
+        return DeviceBatches(xs.to(device), ys.to(device), batch)
+    return DataLoader(
+        TensorDataset(xs, ys), batch_size=batch, shuffle=False, **_loader_options(spec, device)
+    )
+
+
+def _training_batches(
+    spec: RunSpec,
+    x: np.ndarray,
+    y: np.ndarray,
+    manifest: dict[str, Any],
+    sampler: DistributedSampler,
+    *,
+    device: torch.device,
+    samples_per_step: int,
+    drop_last: bool,
+    memory_format: torch.memory_format,
+) -> Any:
+    """This rank's training batches in the sampler's order: resident on `device`, images
+    augmented and standardised there a batch at a time (`loader: device`), or a DataLoader."""
     if spec.loader == "device":
         transform = None
-        if images:
+        if x.ndim == 4:
             transform = BatchAugment(
-                spec.augment, ds.manifest["mean"], ds.manifest["std"], device, memory_format
+                spec.augment, manifest["mean"], manifest["std"], device, memory_format
             )
-        train = DeviceLoader(
-            torch.from_numpy(x_train).to(device), torch.from_numpy(y_train).to(device),
+        return DeviceLoader(
+            torch.from_numpy(x).to(device), torch.from_numpy(y).to(device),
             sampler, samples_per_step, drop_last, transform,
         )  # fmt: skip
-    else:
-        train = DataLoader(
-            _training_set(spec, x_train, y_train, ds.manifest), batch_size=samples_per_step,
-            sampler=sampler, drop_last=drop_last, **common,
-        )  # fmt: skip
-    return Loaders(
-        train, test, sampler, len(y_train), len(y_test), ds.manifest,
-        last if drop_last else 0, unseen_reason, validation, len(y_val),
+    return DataLoader(
+        _training_set(spec, x, y, manifest), batch_size=samples_per_step,
+        sampler=sampler, drop_last=drop_last, **_loader_options(spec, device),
     )  # fmt: skip
 
 

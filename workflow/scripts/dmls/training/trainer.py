@@ -91,9 +91,7 @@ class Trainer:
         # Sharded before the optimizer sees the parameters: FSDP2 replaces them by shards.
         self.model = strategy.shard(self.model)
         fused = fast if fused_optimizer is None else fused_optimizer
-        optimizer = strategy.make_optimizer(self.model.parameters(), fused=fused)
-        steps_per_epoch = math.ceil(len(self.data.train) / spec.grad_accum_steps)
-        scheduler = make_scheduler(spec, optimizer, steps_per_epoch)
+        optimizer, scheduler = self._build_optimizer(fused)
         self._build_step(optimizer, scheduler, drill)
 
     def _load_data(self, data_dir: Path) -> None:
@@ -157,6 +155,13 @@ class Trainer:
         if self.fp8_linear_layers:
             # An fp8 GEMM returns the dtype of its input, so the hook can't see it: say so here.
             self.probe.seen.add("fp8")
+
+    def _build_optimizer(self, fused: bool) -> tuple[Any, Any]:
+        """The strategy's optimizer over the (sharded) model's parameters, and the spec's
+        learning-rate schedule over its optimizer steps (None without one)."""
+        optimizer = self.strategy.make_optimizer(self.model.parameters(), fused=fused)
+        steps_per_epoch = math.ceil(len(self.data.train) / self.spec.grad_accum_steps)
+        return optimizer, make_scheduler(self.spec, optimizer, steps_per_epoch)
 
     def _build_step(self, optimizer: Any, scheduler: Any, drill: Drill | None) -> None:
         """The strategy's module, optimizer and scheduler, and the step that trains them: from
