@@ -103,31 +103,41 @@ def test_a_seeds_energy_is_its_epochs_sum_and_its_steady_epoch_the_mean_after_th
     assert results.energy_summary([]) is None
 
 
-def test_the_meter_measures_how_often_the_counter_moves():
-    import time
+class Clock:
+    """A perf_counter that moves 1 ms each time it is read: the meter's timing, without the
+    host's load in it."""
 
-    start = time.perf_counter()
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def test_the_meter_measures_how_often_the_counter_moves(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(energy.time, "perf_counter", clock)
     # A counter that NVML updates every 20 ms (an H100's: every 100 ms).
-    period = energy.update_period(lambda: int((time.perf_counter() - start) / 0.02))
-    assert period == pytest.approx(0.02, abs=0.005)
+    period = energy.update_period(lambda: int(clock.now / 0.02))
+    assert period == pytest.approx(0.02, abs=0.0015)
     assert energy.update_period(lambda: 7, timeout_s=0.05) is None  # it never moved
 
 
-def test_the_meter_measures_the_period_of_its_first_gpu_when_first_asked():
-    import time
-
-    start = time.perf_counter()
+def test_the_meter_measures_the_period_of_its_first_gpu_when_first_asked(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(energy.time, "perf_counter", clock)
     reads = []
 
     class FakeNVML:
         @staticmethod
         def nvmlDeviceGetTotalEnergyConsumption(handle):
             reads.append(handle)
-            return int((time.perf_counter() - start) / 0.02)  # mJ, updated every 20 ms
+            return int(clock.now / 0.02)  # mJ, updated every 20 ms
 
     meter = energy.EnergyMeter(FakeNVML(), ["gpu0", "gpu1"])
     assert reads == []  # nothing measured until asked
-    assert meter.update_period_s == pytest.approx(0.02, abs=0.005)
+    assert meter.update_period_s == pytest.approx(0.02, abs=0.0015)
     assert set(reads) == {"gpu0"}
     measured = len(reads)
     assert meter.update_period_s == pytest.approx(0.02, abs=0.005)
