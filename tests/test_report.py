@@ -19,7 +19,7 @@ from dmls import record, summary
 from dmls.config.studies import run_labels, varying_settings
 from dmls.files import write_json
 from dmls.report import captions, figures, observations, page, section, special
-from dmls.report.aggregate import collect, collect_seeds, summarize
+from dmls.report.aggregate import read_all, runs_table, seeds_table, summarize
 from dmls.report.cells import MIB, cell, epoch_seconds
 from dmls.report.study import ReportError, Study
 
@@ -705,8 +705,9 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         write_json(path, m)
         metrics_paths.append(path)
     runs_csv, seeds_csv = tmp_path / "runs.csv", tmp_path / "seeds.csv"
-    collect(metrics_paths).to_csv(runs_csv, index=False)
-    collect_seeds(metrics_paths).to_csv(seeds_csv, index=False)
+    records = read_all(metrics_paths)
+    runs_table(records).to_csv(runs_csv, index=False)
+    seeds_table(records).to_csv(seeds_csv, index=False)
     manifest = tmp_path / "data.json"
     write_json(
         manifest,
@@ -838,14 +839,14 @@ def test_a_damaged_metrics_file_is_named_with_how_to_rebuild_it(tmp_path):
     cut.parent.mkdir()
     cut.write_text(good.read_text()[:200])
     with pytest.raises(record.RecordError) as err:
-        collect([good, cut])
+        read_all([good, cut])
     assert str(err.value).startswith(f"{cut} is not valid JSON (")
     assert str(err.value).endswith(
         f"cut short or changed; rebuild that run: snakemake --forcerun {cut}"
     )
     cut.write_text("{}")
     with pytest.raises(record.RecordError, match=r"version None, this pipeline reads 3; rebuild"):
-        collect([cut])
+        read_all([cut])
 
 
 def test_a5_predicts_each_backends_all_reduce_from_the_collectives_sweep():

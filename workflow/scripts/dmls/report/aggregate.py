@@ -85,11 +85,6 @@ def runs_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return frame[leading + rest].sort_values(["study", "run"], kind="stable")
 
 
-def collect(paths: list[Path]) -> pd.DataFrame:
-    """The runs table of these metrics files (`runs_table` of `read_all`)."""
-    return runs_table(read_all(paths))
-
-
 def seed_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per seed of a run that trained (none for a skipped or failed run)."""
     if metrics["status"] not in record.RAN:
@@ -106,11 +101,6 @@ def seeds_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """The per-seed table: one row per seed of every run that trained."""
     rows = [row for m in records for row in seed_rows(m)]
     return pd.DataFrame(rows, columns=["study", "run", "seed", *SEED_COLUMNS])
-
-
-def collect_seeds(paths: list[Path]) -> pd.DataFrame:
-    """The per-seed table of these metrics files (`seeds_table` of `read_all`)."""
-    return seeds_table(read_all(paths))
 
 
 def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:

@@ -14,7 +14,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -101,14 +100,14 @@ def build_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     build_root, out = Path(snakemake.params.build_root), Path(snakemake.output.record)
     # The build runs in a process of its own, its environment given to it (one policy).
     code = (
-        "import json, sys; from pathlib import Path\n"
+        "import sys; from pathlib import Path\n"
         "from dmls.files import write_json\n"
         "from dmls.special.kernels.fused_conv_relu import prebuild\n"
         "write_json(Path(sys.argv[2]), prebuild(Path(sys.argv[1])))"
     )
     env = fused_conv_relu.build_environment(build_root, snakemake.threads)
     command = launch.Command(
-        [sys.executable, "-c", code, str(build_root), str(out)], env | _python_path()
+        [sys.executable, "-c", code, str(build_root), str(out)], env | launch.python_path()
     )
     log.flush()
     outcome = processes.start_and_wait([command], log)
@@ -185,16 +184,7 @@ def study_command(
         *(["--data-dir", str(data_dir)] if data_dir else []),
         *(["--strict"] if strict else []),
     ]  # fmt: skip
-    return launch.Command(argv, env | _python_path())
-
-
-def _python_path() -> dict[str, str]:
-    """The module is found where `dmls` is, whatever the folder the process starts in."""
-    return {
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, (str(launch.SCRIPTS), os.environ.get("PYTHONPATH")))
-        )
-    }
+    return launch.Command(argv, env | launch.python_path())
 
 
 def main(argv: list[str] | None = None) -> None:

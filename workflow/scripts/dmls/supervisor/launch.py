@@ -249,9 +249,15 @@ def group_commands(
             )
             for node in range(nodes)
         ]  # fmt: skip
-    # The module is found where `dmls` is, whatever the folder the processes start in.
-    path = os.pathsep.join(filter(None, (str(SCRIPTS), os.environ.get("PYTHONPATH"))))
-    return [Command(c.argv, c.env | {"PYTHONPATH": path}) for c in commands]
+    return [Command(c.argv, c.env | python_path()) for c in commands]
+
+
+def python_path() -> dict[str, str]:
+    """What a `python -m dmls...` command needs in its environment to find the package, whatever
+    the folder it starts in."""
+    return {
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(SCRIPTS), os.environ.get("PYTHONPATH"))))
+    }
 
 
 def group_agent_command(
