@@ -61,8 +61,8 @@ def test_two_folders_compare_with_ratios_spec_differences_and_missing_runs(folde
     # The report's own verdicts, per folder: ddp_2gpu faster than single_gpu in a (1.62×), in b
     # (1.40×); each ratio's interval over the seeds' ×0.9..1.1 spread excludes 1.
     (line,) = section["conclusions"]
-    assert line.startswith("ddp_2gpu's throughput against single_gpu's: higher on a (1.62×")
-    assert "higher on b (1.40×" in line and line.endswith("they agree.")
+    assert line.startswith("ddp_2gpu's throughput against single_gpu's: faster on a, 1.62×")
+    assert "faster on b, 1.40×" in line and line.endswith("they agree.")
     page = (tmp_path / "c.html").read_text()
     assert '<section id="parallelism">' in page and "Not the same experiment" in page
     assert not re.search(r">\s*(nan|NaN|None)\s*<", page)
@@ -76,7 +76,7 @@ def test_disagreeing_conclusions_are_named(folders, tmp_path):
     folder(tmp_path, "b", [slow])
     (section,) = compare.compare([a, b])["sections"]
     (line,) = section["conclusions"]
-    assert "lower on b (0.35×" in line and line.endswith("they DISAGREE.")
+    assert "slower on b, 0.35×" in line and line.endswith("they DISAGREE.")
 
 
 def test_a_folder_without_runs_or_a_single_folder_is_a_clear_error(folders, tmp_path, capsys):
@@ -119,8 +119,8 @@ def test_the_committed_example_folders_compare(tmp_path):
     text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text())))
     assert text.count("4 × NVIDIA H200") == 2
     assert re.search(r"\d+ of \d+ runs not in h200x4-host: [\w, ]*dataparallel_2gpu", text)
-    assert re.search(r"ddp_2gpu's throughput against single_gpu's: higher on h200x4-devices "
-                     r"\(1\.\d\d×.*higher on h200x4-host \(1\.\d\d×.*they agree", text)  # fmt: skip
+    assert re.search(r"ddp_2gpu's throughput against single_gpu's: faster on h200x4-devices, "
+                     r"1\.\d\d×.*faster on h200x4-host, 1\.\d\d×.*they agree", text)  # fmt: skip
 
 
 def test_runs_of_the_same_spec_on_different_data_are_not_the_same_experiment(tmp_path):

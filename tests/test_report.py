@@ -242,12 +242,13 @@ def test_observations_are_computed_from_the_numbers():
     lines = observations.versus_baseline(study)
     assert lines == [
         "ddp_2gpu vs single_gpu: samples/s over the steady epochs 1,620 vs 1,000 (geometric "
-        "means): 1.62×; test accuracy 79.60% vs 80.00%, −0.4 points; peak GPU memory (max over "
-        "GPUs) 310.0 vs 300.0 MiB, 1.03×."
+        "means): 1.62×, too few seeds to tell; test accuracy 79.60% vs 80.00%, −0.4 points, too "
+        "few seeds to tell; peak GPU memory (max over GPUs) 310.0 vs 300.0 MiB, 1.03×, too few "
+        "seeds to tell."
     ]
     assert observations.scaling(study) == [
-        "ddp_2gpu (2 workers): speed-up 1.62× over single_gpu (1 worker); ideal 2×, "
-        "parallel efficiency 81%."
+        "ddp_2gpu (2 workers): speed-up over single_gpu (1 worker) 1.62×, too few seeds to "
+        "tell; ideal 2×, parallel efficiency 81%."
     ]
     summary = observations.status_summary(study)
     assert summary == [
@@ -298,8 +299,8 @@ def test_results_table_shows_each_mean_with_its_interval_and_one_seed_alone():
     assert single["First epoch (s)"] == "15.0 ± 3.73"  # 13.5, 15, 16.5 s: warm-up included
     assert single["Steady epoch (s)"] == "10.0 ± 2.48"
     assert single["Samples/s (steady epoch)"] == "1,007 ± 251"  # 1000 / 0.9, 1000, 1000 / 1.1
-    # Memory is the warm process's peak, the lowest seed's (record.warm_peak): no interval.
-    assert single["Peak GPU mem., max GPU (MiB)"] == "270.0"
+    # Memory is over the seeds of a warm process (record.counted_seeds): 300 and 330 MiB.
+    assert single["Peak GPU mem., max GPU (MiB)"] == "315.0 ± 190.6"
     assert single["Epochs"] == "3"  # a count, no interval
     assert single["Peak RSS, max rank (MiB)"] == "2000.0"  # the job's, not per seed
     one = rows["dataparallel_2gpu"]
@@ -326,19 +327,20 @@ def test_comparisons_are_made_over_the_seeds_and_say_when_they_are_within_noise(
     study = Study.from_metrics("parallelism", {}, metrics)
     assert observations.versus_baseline(study) == [
         "ddp_2gpu vs single_gpu: samples/s over the steady epochs 1,620 vs 1,000 (geometric "
-        "means): 1.62× (95% interval 1.58–1.66×); test accuracy 79.60% vs 80.00%, −0.4 points (95% "
-        "interval −2.2 to +1.4, within seed noise); peak GPU memory (max over GPUs) 306.9 vs "
-        "297.0 MiB, 1.03×.",
+        "means): 1.62× (95% interval 1.58–1.66×), faster; test accuracy 79.60% vs 80.00%, −0.4 "
+        "points (95% interval −2.2 to +1.4), within seed noise; peak GPU memory (max over GPUs) "
+        "311.6 vs 301.5 MiB, 1.033× (95% interval 1.003–1.065×), heavier.",
         "ddp_4gpu vs single_gpu: samples/s over the steady epochs 1,010 vs 1,000 (geometric "
-        "means): 1.01× (95% interval 0.99–1.03×, within seed noise); test accuracy 70.00% vs "
-        "80.00%, −10.0 points (95% interval −11.7 to −8.3); peak GPU memory (max over GPUs) "
-        "297.0 vs 297.0 MiB, 1.00×.",
+        "means): 1.01× (95% interval 0.99–1.03×), within seed noise; test accuracy 70.00% vs "
+        "80.00%, −10.0 points (95% interval −11.7 to −8.3), less accurate; peak GPU memory (max "
+        "over GPUs) 301.5 vs 301.5 MiB, 1.00× (95% interval 0.97–1.03×), within seed noise.",
     ]
     assert observations.scaling(study) == [
-        "ddp_2gpu (2 workers): speed-up 1.62× (95% interval 1.58–1.66×) over single_gpu "
-        "(1 worker); ideal 2×, parallel efficiency 81% (95% interval 79–83%).",
-        "ddp_4gpu (4 workers): speed-up 1.01× (95% interval 0.99–1.03×, within seed noise) "
-        "over single_gpu (1 worker); ideal 4×, parallel efficiency 25% (95% interval 25–26%).",
+        "ddp_2gpu (2 workers): speed-up over single_gpu (1 worker) 1.62× (95% interval "
+        "1.58–1.66×), faster; ideal 2×, parallel efficiency 81% (95% interval 79–83%).",
+        "ddp_4gpu (4 workers): speed-up over single_gpu (1 worker) 1.01× (95% interval "
+        "0.99–1.03×), within seed noise; ideal 4×, parallel efficiency 25% (95% interval "
+        "25–26%).",
     ]
     assert observations.seed_note(study) == []
 
@@ -371,10 +373,10 @@ def test_the_warm_process_compares_later_seeds_steady_epochs_with_the_first_seed
     study = Study.from_metrics("parallelism", {}, metrics)
     assert observations.warm_process(study) == [
         "Warm process, later seeds' steady epochs against the first seed's: warm 0.83× (95% "
-        "interval 0.77–0.90×); same 1.00× (95% "
-        "interval 0.92–1.08×, within seed noise); short 1.00×. The later seeds match the first "
-        "within seed noise in same, and are faster beyond seed noise in warm. No interval for "
-        "short: the first seed has one steady epoch."
+        "interval 0.77–0.90×), faster; same 1.00× (95% interval 0.92–1.08×), within epoch "
+        "noise; short 1.00×, too few epochs to tell. The later seeds match the first within the "
+        "epochs' noise in same, and are faster beyond the epochs' noise in warm. No interval "
+        "for short: the first seed has one steady epoch."
     ]
     assert observations.warm_process(study)[0] in observations.all_observations(study)
 
@@ -390,9 +392,10 @@ def test_epochs_under_a_second_keep_three_significant_digits_in_the_tables():
 
 def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     """graph's first seed peaks at 1.2 × 300 MiB, its later ones at 300 (cuDNN's autotuning,
-    paid once per process): the run's peak is the warm process's, 300 MiB, with no interval,
-    and the observation names the first seed's 60 MiB more; flat's seeds agree, so it is not
-    named. A kept seed (trained in an earlier process) is not a first seed of this one."""
+    paid once per process): the run's peak is the warm process's seeds', 300 MiB, with an
+    interval of zero width (both agree), and the observation names the first seed's 60 MiB
+    more; flat's seeds agree, so it is not named. A kept seed (trained in an earlier process)
+    is not a first seed of this one."""
     metrics = [
         fake_metrics("flat", launcher="single", epochs=3, spread=(1.0, 1.0, 1.0)),
         fake_metrics("graph", epochs=3, spread=(1.2, 1.0, 1.0)),
@@ -403,20 +406,21 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     study = Study.from_metrics("parallelism", {"baseline": "flat"}, metrics)
     frame = study.results_frame().set_index("run")
     assert frame.at["graph", "peak_gpu_mem_allocated_bytes"] == pytest.approx(300 * MIB)
-    assert "peak_gpu_mem_allocated_bytes_ci95" not in frame.columns  # no interval
+    assert frame.at["graph", "peak_gpu_mem_allocated_bytes_ci95"] == 0  # seeds 1, 2 agree
     row = summarize(metrics[1])  # runs.csv's row
     assert row["peak_gpu_mem_reserved_bytes"] == pytest.approx(600 * MIB)
-    assert row["peak_gpu_mem_reserved_bytes_ci95"] is None
+    assert row["peak_gpu_mem_reserved_bytes_ci95"] == 0
     # metrics.json says the same as runs.csv: seed 1's peak, 120 MiB below seed 0's.
     memory = metrics[1]["memory"]
     assert memory["peak_gpu_mem_allocated_bytes"] == pytest.approx(300 * MIB)
     assert memory["seed"] == 1 and memory["first_seed_excess_bytes"] == pytest.approx(60 * MIB)
     assert "peak_gpu_mem_allocated_bytes" not in metrics[1]["summary"]
-    assert study.seed_values("graph", "peak_gpu_mem_allocated_bytes") == [pytest.approx(300 * MIB)]
+    warm = study.seed_values("graph", "peak_gpu_mem_allocated_bytes")
+    assert warm == [pytest.approx(300 * MIB)] * 2
     assert observations.memory_per_job(study) == [
-        "Peak GPU memory is each run's peak in a warm process, the lowest of its seeds' peaks, "
-        "and has no interval: it depends on the process a seed trains in, not on the seed. The "
-        "first seed of a job peaked higher, by graph 60.0 MiB: with graph or compiled steps it "
+        "GPU memory is each run's mean over the seeds of a warm process (each job's seeds after "
+        "its first), with its interval over them. The first seed of a job peaked higher, by "
+        "graph 60.0 MiB: with graph or compiled steps it "
         "pays cuDNN's autotuning (cudnn.benchmark), which tries several algorithms per new "
         "shape, each with its workspace; the later seeds reuse the tuned plans "
         "(bench/seed_memory.py reproduces it with autotuning on and off). A job of one seed "
@@ -523,15 +527,15 @@ def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
     )  # fmt: skip
     assert study.scales_workers
     assert observations.scaling(study) == [
-        "ddp_2gpu (2 workers): speed-up 1.80× over single_gpu (1 worker); ideal 2×, "
-        "parallel efficiency 90%.",
-        "ddp_2gpu_dataloader (2 workers): speed-up 1.50× over single_gpu_dataloader (1 worker); "
-        "ideal 2×, parallel efficiency 75%.",
+        "ddp_2gpu (2 workers): speed-up over single_gpu (1 worker) 1.80×, too few seeds to "
+        "tell; ideal 2×, parallel efficiency 90%.",
+        "ddp_2gpu_dataloader (2 workers): speed-up over single_gpu_dataloader (1 worker) 1.50×, "
+        "too few seeds to tell; ideal 2×, parallel efficiency 75%.",
     ]
     # The throughput comparison still shows what the data path itself is worth.
     assert observations.versus_baseline(study)[1].startswith(
         "single_gpu_dataloader vs single_gpu: samples/s over the steady epochs 1,000 vs 10,000 "
-        "(geometric means): 0.10×;"
+        "(geometric means): 0.10×, too few seeds to tell;"
     )
     figures.speedup(study, tmp_path / "speedup.png")
     assert (tmp_path / "speedup.png").stat().st_size > 1000
@@ -566,8 +570,8 @@ def test_sweep_fits_memory_against_the_swept_setting():
     assert "plus 100.0 MiB" in lines[0] and "R² = 1.000" in lines[0]
     assert lines[1] == (
         "From batch_size 16 to 128: samples/s over the steady epochs 1,000 → 1,000 (geometric "
-        "means), 1.00×; test accuracy 88.40% → 77.20%, −11.2 points; the means are falling at "
-        "every step."
+        "means), 1.00×, too few seeds to tell; test accuracy 88.40% → 77.20%, −11.2 points, too "
+        "few seeds to tell; the means are falling at every step."
     )
 
 
@@ -672,8 +676,8 @@ def test_grid_study_draws_a_heatmap_and_the_speedup(tmp_path):
     for item in built["figures"] + built["curves"]:
         assert (tmp_path / item["file"]).read_bytes()[:4] == b"\x89PNG"
     assert (
-        "n2xp2 (4 workers): speed-up 3.60× over n1xp1 (1 worker); ideal 4×, parallel "
-        "efficiency 90%." in built["observations"]
+        "n2xp2 (4 workers): speed-up over n1xp1 (1 worker) 3.60×, too few seeds to tell; ideal "
+        "4×, parallel efficiency 90%." in built["observations"]
     )
     # CSV: numbers only for ok runs; the memory is host RSS here (no GPU).
     csv = (tmp_path / "results.csv").read_text()
@@ -936,16 +940,19 @@ def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_basel
 def test_seeds_of_a_warm_process_are_each_seed_after_the_first_of_its_process():
     """A job killed during seed 2 and run again: seeds 0 and 1 were kept from the first
     process (0 cold, 1 warm), seed 2 is the new process's first (cold), seed 3 warm. A job of
-    one seed, or of cold seeds only, times every seed."""
-    from dmls.record import timed_seeds, warm_seeds
+    one seed, or of cold seeds only, times every seed; a diverged seed is never counted."""
+    from dmls.record import counted_seeds, timed_seeds, warm_seeds
 
-    def job(*kept):
-        return {"seeds": [{"kept": k} for k in kept]}
+    def job(*kept, diverged=()):
+        return {"seeds": [{"kept": k, "status": "diverged" if i in diverged else "ok"}
+                          for i, k in enumerate(kept)]}  # fmt: skip
 
     assert warm_seeds(job(True, True, False, False)) == [1, 3]
     assert warm_seeds(job(False, False, False)) == [1, 2]
     assert timed_seeds(job(False)) == [0]
     assert timed_seeds(job(True, False)) == [0, 1]
+    assert counted_seeds(job(False, False, False, diverged=[2]), "step_gpu_mem_bytes") == [1]
+    assert counted_seeds(job(False, False, False, diverged=[2]), "test_accuracy") == [0, 1]
 
 
 def test_the_timeline_puts_gpu_jobs_on_their_gpus_and_stacks_cpu_jobs_side_by_side():

@@ -27,6 +27,7 @@ bounds a schema can't state (`bounds`). Importing this module pulls neither torc
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -287,7 +288,7 @@ def seed_count(record: dict[str, Any]) -> int:
 
 
 def seed_values(record: dict[str, Any], metric: str) -> list[float | None]:
-    """Each seed's value of `metric`, what the run's intervals and comparisons come from."""
+    """Each seed's value of `metric` (seeds.csv; what is compared is `counted_values`)."""
     return [seed_value(seed, metric) for seed in record["seeds"]]
 
 
@@ -305,14 +306,41 @@ def warm_seeds(record: dict[str, Any]) -> list[int]:
     return [k for k in range(1, len(seeds)) if seeds[k]["kept"] == seeds[k - 1]["kept"]]
 
 
+# What a process's first seed inflates with what the process does once (cuDNN's autotuning and
+# its workspaces, loading kernels, compile caches): GPU memory, and the time and energy to a
+# target accuracy (TO_TARGET). They are compared over the seeds of a warm process.
+TO_TARGET = "to_target"
+WARM_METRICS = (*MEMORY_METRICS, TO_TARGET)
+
+
+def counted_seeds(record: dict[str, Any], metric: str) -> list[int]:
+    """The one rule for which seeds a quantity of the run is counted over (its mean, interval
+    and every comparison): the seeds that finished `ok` (a diverged seed's last numbers would
+    pull the run's accuracy toward chance); for `WARM_METRICS`, those of them that trained in
+    a warm process (`warm_seeds`), where the job has any. A job of one seed, or whose every
+    seed started a process, pays the warm-up in each: then all its finished seeds count."""
+    finished = [k for k, seed in enumerate(record["seeds"]) if seed["status"] == "ok"]
+    if metric not in WARM_METRICS:
+        return finished
+    warm = [k for k in warm_seeds(record) if k in finished]
+    return warm or finished
+
+
+def counted_values(record: dict[str, Any], metric: str, rule: str | None = None) -> list[float]:
+    """The finite values of `metric` in the `counted_seeds` (of `rule`'s metric where given:
+    the energy over the training, counted as the time to a target is)."""
+    seeds = counted_seeds(record, rule or metric)
+    values = (seed_value(record["seeds"][k], metric) for k in seeds)
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
 def timed_seeds(record: dict[str, Any]) -> list[int]:
-    """Indices of the seeds whose time and energy to a target are compared: those of a warm
-    process where the job has any, else every seed (one seed: it paid the warm-up).
+    """The seeds whose time and energy to a target are compared (`counted_seeds` of TO_TARGET).
 
     The first seed of a process also pays, in its first epoch, what the process does once:
     cuDNN's autotuning, loading kernels, compile caches; a job of one seed pays it in every
     seed alike. Seeds of a warm process compare like with like."""
-    return warm_seeds(record) or list(range(len(record["seeds"])))
+    return counted_seeds(record, TO_TARGET)
 
 
 def timed_values(record: dict[str, Any], metric: str) -> list[float | None]:
@@ -512,9 +540,10 @@ def finish(path: Path, record: dict[str, Any]) -> dict[str, Any]:
 
 def value(record: dict[str, Any], metric: str) -> tuple[float | None, float | None]:
     """The run's number for a `SEED_METRICS` metric and its interval's half-width (None
-    without one): the mean over seeds, or for memory the warm peak."""
+    without one): the mean over its `counted_seeds` (the summary's, for the metrics it holds)."""
     if metric in MEMORY_METRICS:
-        return record["memory"].get(metric), None  # (a step's: not in records before StepMemory)
+        estimate = stats.mean_interval(counted_values(record, metric))
+        return (None, None) if estimate is None else (estimate.mean, estimate.half_width)
     estimate = record["summary"].get(metric) or {}
     return estimate.get("mean"), estimate.get("ci95")
 

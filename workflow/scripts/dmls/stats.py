@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -107,6 +107,49 @@ class Comparison:
             return None
         return self.low <= self.null <= self.high
 
+    @property
+    def identical(self) -> bool:
+        """Both sides repeat one and the same value: an interval of zero width at the null."""
+        return self.has_interval and self.low == self.high == self.null
+
+    def against(self, null: float) -> Comparison:
+        """The same comparison judged against another null (a speed-up against the ideal)."""
+        return replace(self, null=null)
+
+
+# --- The one verdict rule --------------------------------------------------------------------
+# Every sentence, table, caption and compare.html judges a comparison here, by its 95% interval
+# alone: a finding (more, less) exactly when the interval excludes the null, otherwise no
+# effect ("within seed noise"); "too few" only where a side has fewer than two seeds (no
+# interval). No width, no size of effect and no one-seed value overrides it.
+MORE, LESS, NO_EFFECT, TOO_FEW = "more", "less", "no effect", "too few"
+
+
+def finding(comparison: Comparison) -> str:
+    """MORE or LESS when the 95% interval excludes the null, NO_EFFECT when it holds it,
+    TOO_FEW without an interval (a side with one seed)."""
+    if not comparison.has_interval:
+        return TOO_FEW
+    if comparison.low > comparison.null:
+        return MORE
+    if comparison.high < comparison.null:
+        return LESS
+    return NO_EFFECT
+
+
+def verdict(comparison: Comparison, more: str, less: str, unit: str = "seed") -> str:
+    """`finding` in words: `more` or `less` ("faster", "heavier"), "within seed noise",
+    "identical in every seed compared" (both sides one value, the same), or "too few seeds to
+    tell"; `unit` is what the noise is over ("seed", "repeat")."""
+    way = finding(comparison)
+    if way == TOO_FEW:
+        return f"too few {unit}s to tell"
+    if way == NO_EFFECT:
+        if comparison.identical:
+            return f"identical in every {unit} compared"
+        return f"within {unit} noise"
+    return more if way == MORE else less
+
 
 def _welch(
     a: np.ndarray, b: np.ndarray, confidence: float
@@ -150,3 +193,28 @@ def ratio(
         len(y),
         1.0,
     )
+
+
+@dataclass(frozen=True)
+class Line:
+    """A least-squares line through `n` points: the slope as a Comparison against no slope
+    (null 0, Student-t interval with n − 2 degrees of freedom), the intercept and R²."""
+
+    slope: Comparison
+    intercept: float
+    r2: float
+    n: int
+
+
+def line(xs: Sequence[float], ys: Sequence[float], confidence: float = CONFIDENCE) -> Line:
+    """The least-squares line through (xs, ys), one point per independent unit (a run's mean
+    over its seeds, never each copy of one value); the slope has no interval with fewer than
+    three points."""
+    fit = stats.linregress(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float))
+    n = len(xs)
+    low = high = None
+    if n > 2:
+        half = float(stats.t.ppf((1 + confidence) / 2, n - 2)) * fit.stderr
+        low, high = fit.slope - half, fit.slope + half
+    slope = Comparison(float(fit.slope), low, high, n, n, 0.0)
+    return Line(slope, float(fit.intercept), float(fit.rvalue**2), n)

@@ -359,9 +359,5 @@ def speed(reference: list[float], other: list[float], means: str) -> str:
     of their geometric means), with its 95% interval over the repeats where both have two or
     more, the two means (`means`, as written) and a verdict:
     '0.82× (0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'."""
-    ratio = Ratio.of(stats.ratio(reference, other), means, "one repeat, no interval", "repeat")
+    ratio = Ratio.of(stats.ratio(reference, other), means, "repeat")
     return ratio.said("faster", "slower")
-
-
-def faster_word(ratio: float) -> str:
-    return "faster" if ratio > 1 else "slower" if ratio < 1 else "the same"

@@ -72,9 +72,11 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
         elif measured.has_interval and gap > 0:
             share += ": the rest of the gap is not the all-reduce"
         interval = measured.has_interval and f"{in_s(measured.low)} to {in_s(measured.high)}"
+        verdict = stats.verdict(measured, f"{a} slower", f"{a} faster")
         lines.append(
             f"{a} vs {b}: their steady epochs differ by "
-            f"{with_interval(in_s(measured.value), measured, interval)}, and the sweep predicts "
+            f"{with_interval(in_s(measured.value), measured, interval, verdict)}, and the sweep "
+            "predicts "
             f"{in_s(gap)} from the all-reduce alone{share}."
         )
     return lines

@@ -32,6 +32,7 @@ from dmls.report import observations
 from dmls.report.cells import FORMATS, cell
 from dmls.report.page import hosts
 from dmls.report.study import OK, Study
+from dmls.report.wording import ratio_strings
 
 TEMPLATE = Path(__file__).resolve().parents[4] / "report" / "compare.html.j2"
 CSS = TEMPLATE.with_name("report.css")
@@ -122,15 +123,16 @@ def _against(study: Study, run: str, ref: Study) -> list[str]:
         if comparison is None:
             out.append("")
             continue
-        text = (observations.ratio_text(comparison) if how is stats.ratio
-                else observations.points_text(comparison))  # fmt: skip
+        text = (observations.ratio_text(comparison, *observations.WORDS[metric])
+                if how is stats.ratio else observations.points_text(comparison))  # fmt: skip
         out.append(text)
     return out
 
 
 def _ratio(ratio: stats.Comparison) -> str:
-    """'1.62×, 95% interval 1.55–1.70×' (the verdict beside it says whether that is noise)."""
-    return observations.ratio_text(ratio)
+    """'1.62× (95% interval 1.55–1.70×)' (the verdict stands before it)."""
+    value, interval = ratio_strings(ratio)
+    return f"{value} (95% interval {interval})" if interval else value
 
 
 def conclusions(studies: dict[str, Study]) -> list[str]:
@@ -144,7 +146,7 @@ def conclusions(studies: dict[str, Study]) -> list[str]:
         for name, comparisons in per_folder.items():
             throughput = comparisons[run][0]
             verdicts.add(observations.verdict(throughput))
-            parts.append(f"{observations.verdict(throughput)} on {name} ({_ratio(throughput)})")
+            parts.append(f"{observations.verdict(throughput)} on {name}, {_ratio(throughput)}")
         agree = "they agree" if len(verdicts) == 1 else "they DISAGREE"
         lines.append(
             f"{run}'s throughput against {first.baseline}'s: " + "; ".join(parts) + f": {agree}."

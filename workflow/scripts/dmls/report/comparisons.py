@@ -1,32 +1,27 @@
 """Two runs compared over their seeds, the numbers under an answer's words: which seeds a
-metric is compared on (`values`), the ratio or difference with its 95% interval and both means
-(`compare`, `Ratio`), the verdict (`judge`), the keys two runs differ in beyond the study's
-factor, and a line fitted through every seed (`fit`). A comparison this folder can't make raises
-`NotMeasured`, whose message the answer prints. report/answers.py writes the sentences.
+metric is compared on (`values`: record.counted_seeds, the one rule, and `seeds_said`, how the
+text names them), the ratio or difference with its 95% interval and both means (`compare`,
+`Ratio`), its verdict (dmls.stats.verdict, the one rule), the keys two runs differ in beyond the
+study's factor, and a line fitted through the runs' means (`fit`). A comparison this folder
+can't make raises `NotMeasured`, whose message the answer prints. report/answers.py writes the
+sentences.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from dmls import record, stats
 from dmls.config.studies import flatten
 from dmls.report.cells import MIB
 from dmls.report.study import OK, Study, step_taken
-from dmls.report.wording import minus, ratio_strings, signed
+from dmls.report.wording import minus, points_strings, ratio_strings
 
-# A ratio whose interval spans more than this factor (high / low), or a difference of
-# accuracies whose interval is wider than this many points, says nothing a reader can use
-# (two seeds give t = 12.7): it is flagged rather than read as a finding.
-TOO_WIDE_RATIO = 4.0
-TOO_WIDE_POINTS = 20.0
 # Spec keys that never make two runs' training differ.
 BOOKKEEPING = {"study", "run", "seed", "seeds"}
 
@@ -43,7 +38,6 @@ class Metric:
     less: str
     scale: float = 1.0  # a value's number as written: bytes / MIB, fraction * 100
     decimals: int = 1
-    warm_only: bool = False  # GPU memory: the warm seeds' (the first seed's has its own excess)
 
 
 METRICS = {
@@ -52,10 +46,10 @@ METRICS = {
         "test accuracy", "points", "%", "more accurate", "less accurate", scale=100
     ),
     "step_gpu_mem_bytes": Metric(
-        "GPU memory a step adds", "ratio", "MiB", "heavier", "lighter", 1 / MIB, warm_only=True
+        "GPU memory a step adds", "ratio", "MiB", "heavier", "lighter", 1 / MIB
     ),
     "peak_gpu_mem_allocated_bytes": Metric(
-        "peak GPU memory", "ratio", "MiB", "heavier", "lighter", 1 / MIB, warm_only=True
+        "peak GPU memory", "ratio", "MiB", "heavier", "lighter", 1 / MIB
     ),
     "peak_host_rss_bytes": Metric("peak host RSS", "ratio", "MiB", "heavier", "lighter", 1 / MIB),
 }
@@ -88,17 +82,30 @@ class Compared:
 
 
 def values(study: Study, run: str, metric: str) -> list[float]:
-    """`run`'s values of `metric` over the seeds it is compared on: every finished seed, or for
-    GPU memory the warm seeds (a process's first seed also holds what it built once)."""
-    spec = METRICS[metric]
-    metrics = study.metrics[run]
+    """`run`'s values of `metric` over the seeds it counts (Study.seed_values)."""
+    return study.seed_values(run, metric)
+
+
+def seeds_said(study: Study, run: str, metric: str) -> str:
+    """Which of `run`'s seeds `metric` is counted over, as the text names them: "seeds 0–2",
+    "warm seeds 1–2" (record.counted_seeds); "one value per job" for what seeds don't record."""
     if metric not in record.SEED_METRICS:
-        raw = [study.runs.at[run, metric]]
-    elif spec.warm_only and (warm := record.warm_seeds(metrics)):
-        raw = [record.seed_value(metrics["seeds"][k], metric) for k in warm]
-    else:
-        raw = [record.seed_value(s, metric) for s in record.finished(metrics["seeds"])]
-    return [float(v) for v in raw if v is not None and math.isfinite(float(v))]
+        return "one value per job"
+    metrics = study.metrics[run]
+    counted = record.counted_seeds(metrics, metric)
+    names = [metrics["seeds"][k]["seed"] for k in counted]
+    warm = metric in record.WARM_METRICS and set(counted) <= set(record.warm_seeds(metrics))
+    return f"{'warm ' if warm else ''}seed{'s' if len(names) > 1 else ''} {span(names)}"
+
+
+def span(numbers: Sequence[int]) -> str:
+    """Seed numbers as the text names them: "0–2" when consecutive, else "1 and 2", "0, 2
+    and 5"."""
+    numbers = sorted(numbers)
+    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]}–{numbers[-1]}"
+    head = ", ".join(map(str, numbers[:-1]))
+    return f"{head} and {numbers[-1]}" if head else str(numbers[-1])
 
 
 def resolve(study: Study, metric: str) -> str:
@@ -140,33 +147,42 @@ def compare(
             " %", "%"
         )
     )
-    alone = "one seed, no interval" if metric in record.SEED_METRICS else "one value per job"
+    said = {seeds_said(a_study, run, metric), seeds_said(b_study, b_run, metric)}
+    if metric in record.WARM_METRICS or len(said) > 1:  # (else: every finished seed)
+        means += f", {' vs '.join(sorted(said))}"
     extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     also = f"; the two also differ in {extra}" if extra else ""
+    unit = "seed" if metric in record.SEED_METRICS else "job"
     if spec.kind == "ratio":
-        phrase = Ratio.of(stats.ratio(a, b), means + also, alone, "seed")
+        phrase = Ratio.of(stats.ratio(a, b), means + also, unit)
         return Compared(minus(phrase.figure), phrase.judge(spec.more, spec.less), spec.label)
     result = stats.difference(a, b)
-    figure = f"{signed(100 * result.value)} points"
-    interval = result.has_interval and (
-        f"{signed(100 * result.low)} to {signed(100 * result.high)}"
-    )
-    too_wide = result.has_interval and 100 * (result.high - result.low) > TOO_WIDE_POINTS
-    inside = f"{interval}; {means}" if interval else f"{means}; {alone}"
-    verdict = judge(result, spec.more, spec.less, too_wide)
+    figure, interval = points_strings(result)
+    if interval and result.low != result.high:
+        inside = f"{interval}; {means}"
+    else:
+        inside = f"{means}; {_alone(result, unit)}"
+    verdict = stats.verdict(result, spec.more, spec.less, unit)
     return Compared(minus(f"{figure} ({inside}{also})"), verdict, spec.label)
+
+
+def _alone(result: stats.Comparison, unit: str) -> str:
+    """Why a comparison prints no interval: a side with one `unit`, or each side's values the
+    same to the last digit (a spread of zero)."""
+    if not result.has_interval:
+        return f"one {unit} on a side, no interval"
+    return f"no spread in the {unit}s compared"
 
 
 @dataclass(frozen=True)
 class Ratio:
     """A ratio as every answer writes it: `figure` is '0.82× (0.75–0.89×; <means>)', `value`
-    and `inside` its two parts, the interval with the decimals that tell its ends apart;
-    `judge` gives its verdict."""
+    and `inside` its two parts, the interval with the decimals that tell its ends apart and
+    from 1; `judge` gives its verdict (dmls.stats.verdict)."""
 
     result: stats.Comparison
     value: str
     inside: str
-    too_wide: bool
     unit: str  # what the noise is over: "seed" or "repeat"
 
     @property
@@ -174,63 +190,61 @@ class Ratio:
         return f"{self.value} ({self.inside})"
 
     @classmethod
-    def of(cls, result: stats.Comparison | None, means: str, alone: str, unit: str) -> Ratio:
-        """`result` (stats.ratio) with `means` as written; `alone` says why there is no interval
-        (one seed, one repeat). Values that agree to the byte (a warm process's GPU memory)
-        leave an interval of zero width: none is printed, and there is no noise to judge a
-        small difference against."""
+    def of(cls, result: stats.Comparison | None, means: str, unit: str) -> Ratio:
+        """`result` (stats.ratio) with `means` as written; `unit` is what the interval is over
+        ("seed", "repeat"). Values that agree to the byte on each side (a warm process's GPU
+        memory) leave an interval of zero width: it is said in words, not printed as a range,
+        and the verdict is the rule's (an interval that excludes 1, however narrow, is a
+        finding)."""
         if result is None:
             raise NotMeasured("no value was recorded")
-        if result.has_interval and math.isclose(result.low, result.high, rel_tol=1e-9):
-            result = replace(result, low=None, high=None)
-            alone = f"the same in every {unit}, no interval"
         value, interval = ratio_strings(result)
-        too_wide = result.has_interval and result.high / max(result.low, 1e-12) > TOO_WIDE_RATIO
-        inside = f"{interval}; {means}" if interval else f"{means}; {alone}"
-        return cls(result, value, inside, too_wide, unit)
+        if interval and result.low != result.high:
+            inside = f"{interval}; {means}"
+        else:
+            inside = f"{means}; {_alone(result, unit)}"
+        return cls(result, value, inside, unit)
 
     def judge(self, more: str, less: str) -> str:
-        noise = "within seed noise" if self.unit == "seed" else "within noise"
-        return judge(self.result, more, less, self.too_wide, noise, f"too few {self.unit}s to tell")
+        return stats.verdict(self.result, more, less, self.unit)
 
     def said(self, more: str, less: str) -> str:
         return f"{self.figure}, {self.judge(more, less)}"
 
 
 def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
-    """A least-squares line through every finished run's values of `metric` (each seed's a
-    point) against the setting `against`: slope and intercept with 95% intervals, R², and a
-    verdict. Raises NotMeasured with fewer than three settings."""
+    """A least-squares line (stats.line) through the finished runs' means of `metric` (one
+    point per run: its seeds are one run's replicates, and a warm process's memory repeats one
+    value, so counting each seed as a point would fake the slope's precision) against the
+    setting `against`: slope with its 95% interval, intercept, R², a verdict by the one rule,
+    and which seeds each mean is over. Raises NotMeasured with fewer than three settings."""
     metric = resolve(study, metric)
     spec = METRICS[metric]
-    xs, ys = [], []
+    xs, ys, said = [], [], {}
     for run in study.ok.index:
-        setting = flatten(study.metrics[run]["spec"]).get(against)
-        for v in values(study, run, metric):
-            xs.append(float(setting))
-            ys.append(v * spec.scale)
+        if run_values := values(study, run, metric):
+            xs.append(float(flatten(study.metrics[run]["spec"]).get(against)))
+            ys.append(float(np.mean(run_values)) * spec.scale)
+            said.setdefault(seeds_said(study, run, metric), []).append(run)
     if len(set(xs)) < 3:
         raise NotMeasured(f"fewer than three {against} values finished")
-    line = scipy_stats.linregress(xs, ys)
-    t = scipy_stats.t.ppf(0.975, len(xs) - 2)
-    slope_low, slope_high = line.slope - t * line.stderr, line.slope + t * line.stderr
-    r2 = line.rvalue**2
-    if slope_low <= 0 <= slope_high:
-        verdict = "flat within noise"
-    elif r2 >= 0.95:
-        verdict = "grows linearly" if line.slope > 0 else "falls linearly"
-    else:
-        verdict = f"{'grows' if line.slope > 0 else 'falls'}, but not along a line"
-    unit = spec.unit
+    line = stats.line(xs, ys)
+    slope = line.slope
+    verdict = stats.verdict(slope, "grows", "falls")
+    if verdict in ("grows", "falls"):
+        verdict += " linearly" if line.r2 >= 0.95 else ", but not along a line"
+    interval = f" (95% interval {slope.low:.3f} to {slope.high:.3f})" if slope.has_interval else ""
+    counted = "; ".join(
+        f"{seeds} of {', '.join(runs)}" if len(said) > 1 else f"{seeds} of each"
+        for seeds, runs in said.items()
+    )
     return {
-        "slope": minus(
-            f"{line.slope:.3f} {unit} per unit of {against} "
-            f"(95% interval {slope_low:.3f} to {slope_high:.3f})"
-        ),
-        "intercept": minus(f"{line.intercept:.1f} {unit}"),
-        "r2": f"R² = {r2:.3f}",
+        "slope": minus(f"{slope.value:.3f} {spec.unit} per unit of {against}{interval}"),
+        "intercept": minus(f"{line.intercept:.1f} {spec.unit}"),
+        "r2": f"R² = {line.r2:.3f}",
         "verdict": verdict,
         "label": spec.label,
+        "points": f"a least-squares line through the {line.n} runs' means ({counted})",
     }
 
 
@@ -239,7 +253,7 @@ class _Fit:
         self.__dict__.update(fields)
 
     def __str__(self) -> str:
-        return f"{self.verdict}: {self.slope} plus {self.intercept} ({self.r2})"
+        return f"{self.verdict}: {self.slope} plus {self.intercept} ({self.r2}; {self.points})"
 
 
 def metric_label(study: Study, metric: str) -> str:
@@ -272,29 +286,6 @@ def _mean(xs: list[float], spec: Metric) -> float:
 
 def _number(value: float, spec: Metric) -> str:
     return f"{value * spec.scale:,.{spec.decimals}f}"
-
-
-def judge(
-    result: stats.Comparison,
-    more: str,
-    less: str,
-    too_wide: bool,
-    noise: str = "within seed noise",
-    few: str = "too few seeds to tell",
-) -> str:
-    """The verdict of a comparison: `few` when its interval is too wide to read, `noise` when
-    it holds no effect, else `more` or `less` of what it measures ("about the same" for a ratio
-    within 2% of one with no interval to judge it by)."""
-    if too_wide:
-        return few
-    if result.within_noise:
-        return noise
-    if result.value == result.null:
-        return "the same"
-    ratio = result.null == 1.0
-    if not result.has_interval and ratio and abs(math.log(result.value)) < 0.02:
-        return "about the same"  # no interval to tell a 2% difference from noise
-    return more if result.value > result.null else less
 
 
 def ran(metrics: dict[str, Any]) -> dict[str, Any]:

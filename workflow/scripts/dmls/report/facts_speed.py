@@ -11,7 +11,6 @@ from typing import Any
 
 from dmls import stats
 from dmls.report.answers import (
-    faster_word,
     finished_rows,
     not_measured,
     read_csv_rows,
@@ -62,7 +61,7 @@ def profiler(summary: dict[str, Any], folder: Path) -> Facts:
             block["value"], block.get("low"), block.get("high"), block.get("n", 1),
             block.get("n", 1), 1.0,
         )  # fmt: skip
-        phrase = Ratio.of(ratio, both, "one repeat, no interval", "repeat")
+        phrase = Ratio.of(ratio, both, "repeat")
         verdict = phrase.judge(word, less)
         return f"{block[first]}, {phrase.value} {block[second]}'s ({phrase.inside}), {verdict}"
 
@@ -267,7 +266,7 @@ def collectives(summary: dict[str, Any], folder: Path) -> Facts:
         ratio = nccl[size] / latencies[size]
         facts[f"gloo_{device}"] = (
             f"{fmt_num(ratio)}× ({fmt_num(latencies[size])} vs {fmt_num(nccl[size])} µs, the "
-            f"medians of the timed calls), {faster_word(ratio)}"
+            "medians of the timed calls; the sweep keeps no spread, so no verdict)"
         )
     return "compared", facts
 

@@ -17,6 +17,12 @@ from dmls.report.comparisons import NotMeasured, fit
 from dmls.report.study import OK, Study
 from dmls.report.wording import in_s, minus, points_text, ratio_text
 
+# The verdict's words (dmls.stats.verdict) for more and less of what a sentence compares.
+WORDS = {
+    "samples_per_s": ("faster", "slower"),
+    "memory": ("heavier", "lighter"),
+    "energy": ("more energy", "less energy"),
+}
 # Test loss counts as having risen when it ends this much above its minimum (relative), so
 # that epoch-to-epoch noise of a few parts per thousand is not called overfitting.
 RISE_TOLERANCE = 0.01
@@ -66,7 +72,8 @@ def versus_baseline(study: Study) -> list[str]:
         )
         means = " vs ".join(f"{stats.geometric_mean(v):,.0f}" for v in speeds)
         parts = [
-            f"samples/s over the steady epochs {means} (geometric means): {ratio_text(throughput)}",
+            f"samples/s over the steady epochs {means} (geometric means): "
+            f"{ratio_text(throughput, *WORDS['samples_per_s'])}",
             f"test accuracy {_percent(row['test_accuracy'])} vs "
             f"{_percent(base['test_accuracy'])}, {points_text(accuracy)}",
         ]
@@ -75,7 +82,7 @@ def versus_baseline(study: Study) -> list[str]:
             column, what = memory
             ratio = _compare(stats.ratio, study, run, base_name, column)
             mib = f"{row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB"
-            parts.append(f"{what} {mib}, {ratio_text(ratio)}")
+            parts.append(f"{what} {mib}, {ratio_text(ratio, *WORDS['memory'])}")
         lines.append(f"{run} vs {base_name}: " + "; ".join(parts) + ".")
     return lines
 
@@ -97,14 +104,8 @@ def baseline_comparisons(study: Study) -> dict[str, tuple[stats.Comparison, stat
 
 
 def verdict(comparison: stats.Comparison) -> str:
-    """Which way a comparison goes: 'higher', 'lower', or 'within seed noise' when its 95%
-    interval holds no effect; without an interval (one seed), by the value alone, and said."""
-    if comparison.within_noise:
-        return "within seed noise"
-    way = "higher" if comparison.value > comparison.null else "lower"
-    if comparison.value == comparison.null:
-        way = "equal"
-    return way if comparison.has_interval else f"{way} (one seed: no interval)"
+    """A throughput ratio's verdict (compare.html): the one rule, dmls.stats.verdict."""
+    return stats.verdict(comparison, *WORDS["samples_per_s"])
 
 
 def scaling(study: Study) -> list[str]:
@@ -122,8 +123,8 @@ def scaling(study: Study) -> list[str]:
         ref = study.runs.loc[reference]
         ideal = row["replicas"] / ref["replicas"]
         lines.append(
-            f"{run} ({_workers(row['replicas'])}): speed-up {ratio_text(ratio)} over "
-            f"{reference} ({_workers(ref['replicas'])}); "
+            f"{run} ({_workers(row['replicas'])}): speed-up over {reference} "
+            f"({_workers(ref['replicas'])}) {ratio_text(ratio, *WORDS['samples_per_s'])}; "
             f"ideal {ideal:.0f}×, parallel efficiency {_efficiency(ratio, ideal)}."
         )
     cores = {m["host"]["cpu_count"] for m in study.metrics.values() if m["status"] == OK}
@@ -146,14 +147,13 @@ def sweep(study: Study) -> list[str]:
     ok = ok.sort_values(f"spec.{key}")
     x = ok[f"spec.{key}"].to_numpy(dtype=float)
     lines = []
-    # The answer's line (comparisons.fit: through every seed's value, with the slope's interval),
-    # so that the section gives one fit. (answers reads this module's curves: imported here.)
-
+    # The answer's line (comparisons.fit: through the runs' means, with the slope's interval),
+    # so that the section gives one fit.
     try:
         line = fit(study, "memory", key)
         lines.append(
             f"{line['label']} vs {key}: {line['verdict']}, {line['slope']} plus "
-            f"{line['intercept']} ({line['r2']}; a least-squares line through every seed's value)."
+            f"{line['intercept']} ({line['r2']}; {line['points']})."
         )
     except NotMeasured:
         pass  # fewer than three settings finished
@@ -163,7 +163,8 @@ def sweep(study: Study) -> list[str]:
     means = [stats.geometric_mean(study.seed_values(r, "samples_per_s")) for r in (first, last)]
     lines.append(
         f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: samples/s over the steady epochs "
-        f"{means[0]:,.0f} → {means[1]:,.0f} (geometric means), {ratio_text(speed)}; "
+        f"{means[0]:,.0f} → {means[1]:,.0f} (geometric means), "
+        f"{ratio_text(speed, *WORDS['samples_per_s'])}; "
         f"test accuracy {_percent(ok.at[first, 'test_accuracy'])} → "
         f"{_percent(ok.at[last, 'test_accuracy'])}, {points_text(accuracy)}; the means are "
         f"{_trend(ok['test_accuracy'])}."
@@ -176,7 +177,7 @@ def warm_process(study: Study) -> list[str]:
     process group, cuDNN and compile caches), run their steady epochs as fast as the first
     seed: each seed's epochs 2..E, every epoch a sample, later seeds' against the first's. If
     they match, every seed measures the same steady speed and the seeds' spread is fair."""
-    parts, verdicts = [], {"match": [], "faster": [], "slower": [], "no interval": []}
+    parts, verdicts = [], {stats.NO_EFFECT: [], stats.LESS: [], stats.MORE: [], stats.TOO_FEW: []}
     for run in study.ok.index:
         seeds = record.fresh_seeds(study.metrics[run])
         if len(seeds) < 2:
@@ -185,37 +186,33 @@ def warm_process(study: Study) -> list[str]:
         ratio = stats.ratio(later, record.steady_epochs(seeds[0]))
         if ratio is None:  # one epoch: no steady epochs
             continue
-        parts.append(f"{run} {ratio_text(ratio)}")
-        if not ratio.has_interval:
-            verdicts["no interval"].append(run)
-        elif ratio.within_noise:
-            verdicts["match"].append(run)
-        else:
-            verdicts["faster" if ratio.value < 1 else "slower"].append(run)
+        # (times: a ratio above 1 is slower)
+        parts.append(f"{run} {ratio_text(ratio, 'slower', 'faster', 'epoch')}")
+        verdicts[stats.finding(ratio)].append(run)
     if not parts:
         return []
     said = {
-        "match": "match the first within seed noise",
-        "faster": "are faster beyond seed noise",
-        "slower": "are slower beyond seed noise",
+        stats.NO_EFFECT: "match the first within the epochs' noise",
+        stats.LESS: "are faster beyond the epochs' noise",
+        stats.MORE: "are slower beyond the epochs' noise",
     }
     found = [f"{said[k]} in {', '.join(verdicts[k])}" for k in said if verdicts[k]]
     line = f"Warm process, later seeds' steady epochs against the first seed's: {'; '.join(parts)}."
     if found:
         line += f" The later seeds {', and '.join(found)}."
-    if len(verdicts["no interval"]) == len(parts):
+    if len(verdicts[stats.TOO_FEW]) == len(parts):
         line += " No intervals: each first seed has one steady epoch (that takes 3 epochs)."
-    elif verdicts["no interval"]:
+    elif verdicts[stats.TOO_FEW]:
         line += (
-            f" No interval for {', '.join(verdicts['no interval'])}: the first seed has one "
+            f" No interval for {', '.join(verdicts[stats.TOO_FEW])}: the first seed has one "
             "steady epoch."
         )
     return [line]
 
 
 def memory_per_job(study: Study) -> list[str]:
-    """What a run's peak GPU memory is (record.warm_peak: the warm process's, the lowest of
-    its seeds'), and by how much each job's first seed peaked above it: in graph and compiled
+    """What a run's GPU memory is (record.counted_seeds: a warm process's seeds), and by how
+    much each job's first seed peaked above its later ones: in graph and compiled
     steps (cudnn.benchmark on) the first seed of a process pays cuDNN's autotuning, the later
     ones reuse its plans; in eager steps the cause was not measured, and the line says so."""
     column = "peak_gpu_mem_allocated_bytes"
@@ -230,8 +227,8 @@ def memory_per_job(study: Study) -> list[str]:
             text = f"{run} {excess / MIB:.1f} MiB"
             (tuned if str(row["step_mode"]).startswith("cuda_graph") else other).append(text)
     line = (
-        "Peak GPU memory is each run's peak in a warm process, the lowest of its seeds' peaks, "
-        "and has no interval: it depends on the process a seed trains in, not on the seed."
+        "GPU memory is each run's mean over the seeds of a warm process (each job's seeds "
+        "after its first), with its interval over them."
     )
     if tuned:
         line += (
@@ -269,7 +266,8 @@ def compared_with(study: Study, other: Study) -> list[str]:
         lines.append(
             f"{run}: samples/s over the steady epochs {stats.geometric_mean(ours):,.0f} here vs "
             f"{stats.geometric_mean(others):,.0f} in {other.key} (geometric means), "
-            f"{ratio_text(speed)}; test accuracy {points_text(accuracy)}."
+            f"{ratio_text(speed, *WORDS['samples_per_s'])}; test accuracy "
+            f"{points_text(accuracy)}."
         )
     return lines
 
@@ -391,7 +389,8 @@ def time_to_accuracy(study: Study) -> list[str]:
             f"evaluation ({row['epochs_to_target']:.1f} epochs)"
         )
         if run != base and base_times is not None:
-            text += f", {ratio_text(stats.ratio(times, base_times))} {base}'s"
+            time = stats.ratio(times, base_times)
+            text += f"; its time over {base}'s {ratio_text(time, 'slower', 'faster')}"
         lines.append(text + ".")
     return lines + _cold_seeds_to_target(study)
 
@@ -451,10 +450,11 @@ def energy_use(study: Study) -> list[str]:
         )
         if run != base and base in measured.index:
             ratio = _compare(stats.ratio, study, run, base, column)
-            text += f", {ratio_text(ratio)} {base}'s energy"
+            text += f"; its energy over {base}'s {ratio_text(ratio, *WORDS['energy'])}"
             to_target = study.target_accuracy and [study.joules_to_target(r) for r in (run, base)]
             if to_target and None not in to_target:
-                text += f"; to the target, {ratio_text(stats.ratio(*to_target))}"
+                to_j = stats.ratio(*to_target)
+                text += f"; to the target, {ratio_text(to_j, *WORDS['energy'])}"
         lines.append(text + ".")
     return lines
 
@@ -485,7 +485,9 @@ def _efficiency(speedup: stats.Comparison, ideal: float) -> str:
     text = f"{100 * speedup.value / ideal:.0f}%"
     if not speedup.has_interval:
         return text
-    linear = " (linear within seed noise)" if speedup.low <= ideal <= speedup.high else ""
+    way = stats.finding(speedup.against(ideal))
+    linear = {stats.NO_EFFECT: " (linear within seed noise)", stats.MORE: " (above linear)"}
+    linear = linear.get(way, "")
     return (
         f"{text} (95% interval {100 * speedup.low / ideal:.0f}–"
         f"{100 * speedup.high / ideal:.0f}%){linear}"

@@ -59,10 +59,10 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)"),
 ]
 
-# The result columns shown with a 95% interval: the measured ones that every seed records
-# (not host RSS, the job's peak over its ranks; not the epoch count, which only varies with
-# early stopping).
-INTERVAL_COLUMNS = frozenset(record.SUMMARY_METRICS) - {"epochs_completed"}
+# The result columns shown with a 95% interval: the measured ones that every seed records,
+# each over the seeds it counts (record.counted_seeds; not host RSS, the job's peak over its
+# ranks; not the epoch count, which only varies with early stopping).
+INTERVAL_COLUMNS = frozenset(record.SEED_METRICS) - {"epochs_completed"}
 # With a study's `target_accuracy`: the time, epochs and GPU energy to reach it, with their
 # intervals.
 TARGET_COLUMNS = frozenset({"time_to_target_s", "epochs_to_target", "energy_to_target_j"})
@@ -274,16 +274,17 @@ class Study:
         ]
         return {"columns": columns, "rows": rows}
 
-    def seed_values(self, run: str, metric: str) -> list[float | None]:
-        """`run`'s value of `metric` in each of its seeds (what intervals and comparisons are
-        computed from); a metric the seeds don't record (host RSS, the job's peak over its
-        ranks) or that has no seed noise (peak GPU memory: record.warm_peak) is the run's
-        one value."""
+    def seed_values(self, run: str, metric: str) -> list[float]:
+        """`run`'s values of `metric` over the seeds it counts (record.counted_seeds, the one
+        rule: the finished seeds, a warm process's for GPU memory), what its mean, interval
+        and every comparison come from; a metric the seeds don't record (host RSS, the job's
+        peak over its ranks) is the run's one value."""
         if metric == WARM_ENERGY:
-            return record.timed_values(self.metrics[run], "train_energy_j")
-        if metric not in record.SUMMARY_METRICS:
-            return [self.runs.at[run, metric]]
-        return record.seed_values(self.metrics[run], metric)
+            return record.counted_values(self.metrics[run], "train_energy_j", record.TO_TARGET)
+        if metric not in record.SEED_METRICS:
+            value = self.runs.at[run, metric]
+            return [] if pd.isna(value) else [float(value)]
+        return record.counted_values(self.metrics[run], metric)
 
     def seconds_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's time to the study's target accuracy (record.timed_seeds), None

@@ -1,5 +1,6 @@
-"""How the report's sentences write a compared number: its 95% interval, whether that holds
-no effect (within seed noise), a minus sign, seconds (observations and communication)."""
+"""How the report's sentences write a compared number: its 95% interval with the decimals that
+show which side of the null it lies on, its verdict (dmls.stats.verdict, the one rule), a minus
+sign, seconds (observations and communication)."""
 
 from __future__ import annotations
 
@@ -12,44 +13,77 @@ from dmls import stats
 from dmls.report.cells import seconds
 
 
-def with_interval(text: str, comparison: stats.Comparison, interval: str) -> str:
-    """A compared value with its 95% interval, saying so where the interval holds no effect."""
+def with_interval(
+    text: str, comparison: stats.Comparison, interval: str | None, verdict: str
+) -> str:
+    """A compared value with its 95% interval and its verdict (stats.verdict): '1.62× (95%
+    interval 1.55–1.70×), faster'; without an interval, the value and the verdict alone."""
     if not comparison.has_interval:
-        return text
-    noise = ", within seed noise" if comparison.within_noise else ""
-    return f"{text} (95% interval {interval}{noise})"
+        return f"{text}, {verdict}"
+    return f"{text} (95% interval {interval}), {verdict}"
 
 
-def ratio_text(ratio: stats.Comparison) -> str:
-    """'1.62× (95% interval 1.55–1.70×)'."""
+def ratio_text(ratio: stats.Comparison, more: str, less: str, unit: str = "seed") -> str:
+    """'1.62× (95% interval 1.55–1.70×), faster': `more` and `less` are the verdict's words."""
     value, interval = ratio_strings(ratio)
-    return with_interval(value, ratio, interval)
+    return with_interval(value, ratio, interval, stats.verdict(ratio, more, less, unit))
+
+
+def _digits(comparison: stats.Comparison, scale: float, digits: int, most: int) -> int:
+    """The decimals (from `digits` up to `most`) at which the interval's ends read apart from
+    the value and on the side of the null the verdict says: an interval that excludes the null
+    never prints the null as its end ("+0.1 (+0.0 to +0.2), more accurate" reads "+0.12 (+0.04
+    to +0.21)"), a finding's value never reads as the null ("1.00×, faster"), nor a narrow
+    interval "0.23× (0.23–0.23×)"."""
+    if not comparison.has_interval:
+        return digits
+    way = stats.finding(comparison)
+    null = comparison.null * scale
+    while digits < most:
+        low, value, high = (round(v * scale, digits) for v in
+                            (comparison.low, comparison.value, comparison.high))  # fmt: skip
+        apart = comparison.low == comparison.high or len({low, value, high}) == 3
+        sided = way == stats.NO_EFFECT or (value != null and (low > null if way == stats.MORE
+                                                              else high < null))  # fmt: skip
+        if apart and sided:
+            break
+        digits += 1
+    return digits
 
 
 def ratio_strings(ratio: stats.Comparison) -> tuple[str, str | None]:
     """A ratio and its interval as text ('1.62×', '1.55–1.70×'), with the decimals (2 to 4)
-    that tell the interval's ends from the value: a narrow interval never reads
-    "0.23× (95% interval 0.23–0.23×)". The interval is None without one."""
-    digits = 2
-    if ratio.has_interval:
-        bounds = (ratio.low, ratio.value, ratio.high)
-        while digits < 4 and len({f"{v:.{digits}f}" for v in bounds}) < 3:
-            digits += 1
+    that tell the interval's ends from the value and the null (`_digits`). The interval is
+    None without one."""
+    digits = _digits(ratio, 1.0, 2, 4)
     interval = f"{ratio.low:.{digits}f}–{ratio.high:.{digits}f}×" if ratio.has_interval else None
     return f"{ratio.value:.{digits}f}×", interval
 
 
-def points_text(difference: stats.Comparison) -> str:
-    """A difference of accuracies in percentage points: '−0.9 points (95% interval −2.1 to
-    +0.3, within seed noise)'."""
-    interval = difference.has_interval and (
-        f"{signed(100 * difference.low)} to {signed(100 * difference.high)}"
+def points_strings(difference: stats.Comparison) -> tuple[str, str | None]:
+    """A difference of fractions in percentage points and its interval ('−0.9 points', '−2.1
+    to +0.3'), with the decimals (1 to 3) that tell the ends from the value and from zero."""
+    digits = _digits(difference, 100.0, 1, 3)
+    value = f"{signed(100 * difference.value, digits)} points"
+    if not difference.has_interval:
+        return value, None
+    return (
+        value,
+        f"{signed(100 * difference.low, digits)} to {signed(100 * difference.high, digits)}",
     )
-    return with_interval(f"{signed(100 * difference.value)} points", difference, interval)
 
 
-def signed(value: float) -> str:
-    return minus(f"{value:+.1f}")
+def points_text(
+    difference: stats.Comparison, more: str = "more accurate", less: str = "less accurate"
+) -> str:
+    """A difference of accuracies in percentage points: '−0.9 points (95% interval −2.1 to
+    +0.3), within seed noise'."""
+    value, interval = points_strings(difference)
+    return with_interval(value, difference, interval, stats.verdict(difference, more, less))
+
+
+def signed(value: float, digits: int = 1) -> str:
+    return minus(f"{value:+.{digits}f}")
 
 
 def minus(text: str) -> str:
