@@ -92,6 +92,6 @@ def test_a_ratio_without_repeats_says_it_has_no_interval():
     first = graphs.observations(rows, control)[0]
     assert first == (
         "cpu, compile: first call 20.00 s against eager's 0.010 s (2000×), then a steady step "
-        "of 1.00 ms against 2.00 ms, 0.50× eager's (one repeat: no interval); captured 1 "
-        "graph(s), 0 break(s)."
+        "of 1.00 ms against 2.00 ms, 0.50× eager's (one repeat on a side: too few repeats to "
+        "tell); captured 1 graph(s), 0 break(s)."
     )

@@ -34,7 +34,7 @@ import torch._dynamo  # here, not inside a timed first call: its import takes se
 from torch import nn
 
 from dmls.files import new_figure, save_figure, write_csv
-from dmls.stats import mean_interval, ratio
+from dmls.stats import mean_interval, ratio, verdict
 from dmls.training import models
 
 log = logging.getLogger(__name__)
@@ -207,11 +207,11 @@ def observations(rows: list[dict[str, Any]], control: list[dict[str, Any]]) -> l
             if row is None:
                 continue
             r = ratio(row["repeats"], eager["repeats"])
+            said = verdict(r, "slower", "faster", "repeat")  # (times: > 1 is slower)
             interval = (
-                f" (95% interval {r.low:.2f}–{r.high:.2f}×"
-                + (", within noise)" if r.within_noise else ")")
+                f" (95% interval {r.low:.2f}–{r.high:.2f}×, {said})"
                 if r.has_interval
-                else " (one repeat: no interval)"
+                else f" (one repeat on a side: {said})"
             )
             notes.append(
                 f"{device}, {mode}: first call {row['first_call_s']:.2f} s against eager's "

@@ -464,12 +464,12 @@ def _memory(r: dict[str, Any]) -> str:
 
 def _step(r: dict[str, Any], base: dict[str, Any]) -> str:
     ratio = stats.ratio(r["step_ms_samples"], base["step_ms_samples"])
+    # (step times: a ratio above 1 is slower; the noise is over the timed epochs)
+    verdict = stats.verdict(ratio, "slower", "faster", "timed epoch")
     if ratio.has_interval:
-        verdict = "within the epoch-to-epoch noise" if ratio.within_noise else (
-            "slower" if ratio.value > 1 else "faster")  # fmt: skip
         interval = f"95% interval {ratio.low:.2f}–{ratio.high:.2f}, {verdict}"
     else:
-        interval = "one timed epoch each: no interval"
+        interval = f"one timed epoch on a side: {verdict}"
     text = (
         f"{r['processes']} {r['device']} ranks: a {r['stage']} step takes {r['step_ms']:.3g} "
         f"ms, {ratio.value:.2f}× DDP's {base['step_ms']:.3g} ms ({interval})"

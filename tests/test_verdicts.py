@@ -1,0 +1,154 @@
+"""The one verdict rule (dmls/stats.py `finding`, `verdict`) decides every verdict the report
+prints: a finding (faster, slower, heavier, lighter, more or less accurate) exactly when the 95%
+interval excludes the null, "within seed noise" when it holds it, "too few seeds to tell" only
+where a side has one seed. Each place that prints a verdict is fed intervals that exclude the
+null (on either side), hold it, and have no interval."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from dmls import stats
+from dmls.report import answers, comparisons, observations, wording
+from dmls.report.study import Study
+from dmls.special import sharding
+from test_report import fake_metrics
+
+# Values of two sides whose ratio's (and difference's) interval lies above the null, below it,
+# holds it, or has no interval (one value on a side).
+CASES = {
+    "above": ([1.50, 1.52, 1.48], [1.00, 1.01, 0.99]),
+    "below": ([1.00, 1.01, 0.99], [1.50, 1.52, 1.48]),
+    "holds": ([0.90, 1.10, 1.00], [1.00, 0.95, 1.05]),
+    "one": ([1.50], [1.00, 1.01, 0.99]),
+}
+EXPECTED = {"above": stats.MORE, "below": stats.LESS, "holds": stats.NO_EFFECT,
+            "one": stats.TOO_FEW}  # fmt: skip
+WORDS = {stats.MORE: "faster", stats.LESS: "slower", stats.NO_EFFECT: "within seed noise",
+         stats.TOO_FEW: "too few seeds to tell"}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_rule_is_the_interval_against_the_null(case):
+    a, b = CASES[case]
+    for comparison in (stats.ratio(a, b), stats.difference(a, b)):
+        assert stats.finding(comparison) == EXPECTED[case]
+        assert stats.verdict(comparison, "faster", "slower") == WORDS[EXPECTED[case]]
+
+
+def test_a_narrow_interval_that_excludes_the_null_is_a_finding_and_a_wide_one_too():
+    """Before: a bound that rounds to the null printed beside "more accurate" (+0.1, +0.0 to
+    +0.2), and an interval wider than 20 points read "too few seeds" though it excluded 0."""
+    narrow = stats.Comparison(0.001, 0.0004, 0.002, 3, 3, 0.0)
+    assert stats.verdict(narrow, "more accurate", "less accurate") == "more accurate"
+    assert (
+        wording.points_text(narrow) == "+0.10 points (95% interval +0.04 to +0.20), more accurate"
+    )
+    wide = stats.Comparison(-0.123, -0.229, -0.017, 2, 2, 0.0)  # A8's RMSprop
+    assert wording.points_text(wide).endswith("(95% interval −22.9 to −1.7), less accurate")
+    ratio = stats.Comparison(1.13, 1.0004, 1.27, 3, 3, 1.0)  # B2's "1.13× (1.00–1.27×)"
+    assert wording.ratio_text(ratio, "faster", "slower") == (
+        "1.1300× (95% interval 1.0004–1.2700×), faster"
+    )
+    _, interval = wording.ratio_strings(ratio)
+    low = float(interval.split("–")[0])
+    assert low > 1.0, interval  # its lower end never prints as 1
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_printer_of_a_comparison_gives_the_rules_verdict(case):
+    a, b = CASES[case]
+    ratio, difference = stats.ratio(a, b), stats.difference(a, b)
+    way = EXPECTED[case]
+    assert wording.ratio_text(ratio, "faster", "slower").endswith(WORDS[way])
+    assert wording.points_text(difference).endswith(
+        {stats.MORE: "more accurate", stats.LESS: "less accurate"}.get(way, WORDS[way])
+    )
+    repeats = WORDS[way].replace("seed", "repeat")
+    assert comparisons.Ratio.of(ratio, "x vs y", "repeat").said("faster", "slower") == (
+        f"{comparisons.Ratio.of(ratio, 'x vs y', 'repeat').figure}, {repeats}"
+    )
+    assert answers.speed(a, b, "x vs y").endswith(  # (a speed: the reference's time over)
+        {stats.MORE: "faster", stats.LESS: "slower"}.get(way, repeats)
+    )
+    assert observations.verdict(ratio) == WORDS[way]  # compare.html's conclusions
+    step = {"processes": 2, "device": "cpu", "stage": "ZeRO-1", "step_ms": 1.5,
+            "step_ms_samples": a, "comm_predicted_ms": None}  # fmt: skip
+    said = sharding._step(step, {"step_ms": 1.0, "step_ms_samples": b, "comm_predicted_ms": None})
+    epochs = {stats.MORE: "slower", stats.LESS: "faster", stats.NO_EFFECT: "within timed "
+              "epoch noise", stats.TOO_FEW: "too few timed epochs to tell"}  # fmt: skip
+    assert epochs[way] in said, said
+
+
+def _pair(samples_per_s: float, spread: tuple[float, ...], accuracy: float) -> Study:
+    """(Both runs train as many seeds: the seed count is a setting, and a pair that differs
+    in it is not a scaling pair.)"""
+    base = (0.99, 1.0, 1.01) if len(spread) > 1 else (1.0,)
+    one = fake_metrics("one", launcher="single", epochs=3, spread=base)
+    ddp = fake_metrics("ddp", launcher="torchrun", nproc_per_node=2, epochs=3,
+                       samples_per_s=samples_per_s, test_accuracy=accuracy,
+                       spread=spread)  # fmt: skip
+    return Study.from_metrics("parallelism", {"baseline": "one"}, [one, ddp])
+
+
+STUDIES = {  # (the second run's samples/s, its seeds' spread, accuracy; the first: 1000, 80%)
+    "above": (1620.0, (0.99, 1.0, 1.01), 0.90),
+    "below": (600.0, (0.99, 1.0, 1.01), 0.70),
+    "holds": (1002.0, (0.95, 1.0, 1.05), 0.80),
+    "one": (1620.0, (1.0,), 0.90),
+}
+
+
+@pytest.mark.parametrize("case", STUDIES)
+def test_answers_observations_and_scaling_print_the_rules_verdict(case):
+    study = _pair(*STUDIES[case])
+    way = EXPECTED[case]
+    speed = comparisons.compare(study, "ddp", "one", "samples_per_s", ["launcher"])
+    accuracy = comparisons.compare(study, "ddp", "one", "test_accuracy", ["launcher"])
+    assert speed.verdict == WORDS[way]
+    accurate = {stats.MORE: "more accurate", stats.LESS: "less accurate"}
+    assert accuracy.verdict == accurate.get(way, WORDS[way])
+    [line] = observations.versus_baseline(study)
+    assert f"), {WORDS[way]}; test accuracy" in line or f"×, {WORDS[way]}; test" in line, line
+    [scaling] = observations.scaling(study)
+    assert WORDS[way] in scaling, scaling
+
+
+def test_the_efficiency_says_linear_only_where_its_interval_holds_the_ideal():
+    linear = stats.Comparison(1.95, 1.85, 2.05, 3, 3, 1.0)
+    below = stats.Comparison(1.6, 1.5, 1.7, 3, 3, 1.0)
+    assert "linear within seed noise" in observations._efficiency(linear, 2)
+    assert "linear" not in observations._efficiency(below, 2)
+
+
+@pytest.mark.parametrize("slope", [0.66, 0.0])
+def test_a_fitted_slope_is_a_finding_only_where_its_interval_excludes_zero(slope):
+    runs = [
+        fake_metrics(f"b{b}", launcher="torchrun", nproc_per_node=2, batch_size=b, epochs=3,
+                     gpu_mib=60.0 + slope * b + (3.0 if b == 32 else 0.0),
+                     spread=(1.0, 1.0, 1.0))
+        for b in (16, 32, 64, 128)
+    ]  # fmt: skip
+    line = comparisons.fit(Study.from_metrics("batch_size", {}, runs), "memory", "batch_size")
+    assert line["verdict"].startswith("grows" if slope else "within seed noise"), line
+    assert "4 runs' means" in line["points"]
+
+
+def test_no_module_judges_an_interval_by_hand():
+    """Nothing but dmls/stats.py reads `within_noise` or `low`/`high` against a null to pick
+    words: a module that did would be a second rule. (fused_conv and profiler store
+    `within_noise` in their summaries as data: a key, not an attribute read.)"""
+    scripts = ROOT / "workflow" / "scripts" / "dmls"
+    offenders = []
+    for path in sorted(scripts.rglob("*.py")):
+        if path.name == "stats.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "within_noise":
+                offenders.append(f"{path.relative_to(scripts)}:{node.lineno}")
+    assert [o.split(":")[0] for o in offenders] == ["special/fused_conv.py", "special/profiler.py"]
+    assert not Path(scripts / "report" / "comparisons.py").read_text().count("TOO_WIDE")
