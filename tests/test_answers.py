@@ -40,7 +40,8 @@ def test_an_answer_gives_the_ratio_its_interval_both_means_and_a_verdict():
     [text] = answers.study_answer(A1, study(one(), ddp()))
     match = re.fullmatch(
         r"Against one GPU's samples per second, DDP on 2 GPUs: 1\.62× \("
-        r"(\d\.\d\d)–(\d\.\d\d)×; 1,62\d vs 1,00\d samples/s\), faster\.",
+        r"(\d\.\d\d)–(\d\.\d\d)×; 1,62\d vs 1,00\d samples/s; the two also differ in global "
+        r"batch \(64 vs 32: 0\.5× the optimizer steps per epoch\)\), faster\.",
         text,
     )
     assert match, text
@@ -67,16 +68,37 @@ def test_seeds_that_agree_exactly_print_no_range_and_the_rule_decides_the_verdic
         )  # fmt: skip
 
     [text] = answers.study_answer(A1, pair(1004.0))
-    assert text.endswith("1.004× (1,004 vs 1,000 samples/s; no spread in the seeds compared), "
-                         "faster."), text  # fmt: skip
+    assert text.endswith("1.004× (1,004 vs 1,000 samples/s; the two also differ in global batch "
+                         "(64 vs 32: 0.5× the optimizer steps per epoch); no spread in the seeds "
+                         "compared), faster."), text  # fmt: skip
     [text] = answers.study_answer(A1, pair(1000.0))
-    assert text.endswith("1.00× (1,000 vs 1,000 samples/s; no spread in the seeds compared), "
-                         "identical in every seed compared."), text  # fmt: skip
+    assert text.endswith("no spread in the seeds compared), identical in every seed "
+                         "compared."), text  # fmt: skip
 
 
 def test_a_pair_that_differs_in_more_than_the_factor_names_the_difference():
     [text] = answers.study_answer(A1, study(one(), ddp(step="eager")))
     assert "the two also differ in step (eager vs CUDA graph)" in text, text
+
+
+def test_what_the_spec_implies_is_named_where_two_runs_differ_in_it_beyond_the_factor():
+    """Before: A3 set fp8 (one Linear layer in fp8) against fp32 and A7 set accumulation's two
+    CUDA graphs against one, unsaid. The global batch is said where the factor is not what
+    makes it (DDP doubles it: half the updates), not where it is (A7's accumulation)."""
+    fp8 = fake_metrics("fp8", launcher="torchrun", nproc_per_node=2, epochs=3, precision="fp8",
+                       spread=(0.9, 1.0, 1.1))  # fmt: skip
+    fp8["fp8_linear_layers"] = 1
+    bf16 = fake_metrics("bf16", launcher="torchrun", nproc_per_node=2, epochs=3,
+                        precision="bf16", spread=(0.9, 1.0, 1.1))  # fmt: skip
+    said = str(comparisons.compare(study(fp8, bf16), "fp8", "bf16", "samples_per_s", ["precision"]))
+    assert "the two also differ in Linear layers in fp8 (1 vs 0)" in said, said
+    accum = [fake_metrics(f"accum{k}", launcher="torchrun", nproc_per_node=2, epochs=3,
+                          grad_accum_steps=k, spread=(0.9, 1.0, 1.1)) for k in (1, 2)]  # fmt: skip
+    accum[1]["step"]["graphs"], accum[0]["step"]["graphs"] = 2, 1
+    grad = Study.from_metrics("grad_accumulation", {}, accum)
+    said = str(comparisons.compare(grad, "accum2", "accum1", "memory", ["grad_accum_steps"]))
+    assert "the two also differ in CUDA graphs captured (2 vs 1)" in said, said
+    assert "global batch" not in said
 
 
 def test_the_step_a_run_took_counts_not_the_step_it_asked_for():
@@ -162,8 +184,10 @@ def test_memory_grows_with_the_batch_along_a_fitted_line():
     }
     [text] = answers.study_answer(texts, Study.from_metrics("batch_size", {}, runs))
     assert text.startswith("Peak memory grows linearly: 0.660 MiB per unit of batch_size"), text
-    assert ("plus 60.0 MiB (R² = 1.000; a least-squares line through the 4 runs' means (warm "
-            "seeds 1 and 2 of each))") in text, text
+    assert (
+        "plus 60.0 MiB (R² = 1.000; a least-squares line through the 4 runs' means (warm "
+        "seeds 1 and 2 of each))"
+    ) in text, text
 
 
 def test_every_training_studys_answer_names_runs_of_the_config():

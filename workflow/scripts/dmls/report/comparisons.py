@@ -290,11 +290,28 @@ def _number(value: float, spec: Metric) -> str:
 
 def ran(metrics: dict[str, Any]) -> dict[str, Any]:
     """What a run ran, as dotted keys: its spec, with `step` the step it took (a DataParallel
-    run asked for a graph steps eagerly: `step` is then "eager")."""
+    run asked for a graph steps eagerly: `step` is then "eager"), and what the spec implies
+    that changes training too (`IMPLIED`): the global batch (half the optimizer steps per
+    epoch at twice the batch), the CUDA graphs its step captured (gradient accumulation
+    captures a second), the Linear layers it ran in fp8."""
     flat = flatten(metrics["spec"])
     if taken := step_taken(metrics):
         flat["step"] = taken
+    step = metrics.get("step") or {}
+    flat["global batch"] = metrics["derived"].get("global_batch_size")
+    if step.get("mode") == "cuda_graph":
+        flat["CUDA graphs captured"] = step.get("graphs")
+    flat["Linear layers in fp8"] = metrics.get("fp8_linear_layers") or 0
     return flat
+
+
+# What `ran` adds beyond the spec, and the spec keys that make it by definition: a study whose
+# factor is one of them changes it by design (A6's batch size is the global batch's factor).
+IMPLIED = {
+    "global batch": {"batch_size", "grad_accum_steps"},
+    "CUDA graphs captured": {"step"},
+    "Linear layers in fp8": set(),
+}
 
 
 def also_differ(left: dict[str, Any], right: dict[str, Any], factor: Sequence[str]) -> str:
@@ -302,10 +319,18 @@ def also_differ(left: dict[str, Any], right: dict[str, Any], factor: Sequence[st
     "step (graph vs eager)"; empty when they differ in nothing else."""
 
     def changed_by_design(key: str) -> bool:  # a factor names a key or a group ("optimizer")
+        if key in IMPLIED:
+            return bool(IMPLIED[key] & set(factor))
         return key in BOOKKEEPING or any(key == f or key.startswith(f"{f}.") for f in factor)
 
+    def both(key: str) -> str:
+        a, b = left.get(key), right.get(key)
+        if key == "global batch" and a and b:  # what it changes: the updates an epoch makes
+            return f"{a} vs {b}: {b / a:.3g}× the optimizer steps per epoch"
+        return f"{_show(a)} vs {_show(b)}"
+
     return ", ".join(
-        f"{key} ({_show(left.get(key))} vs {_show(right.get(key))})"
+        f"{key} ({both(key)})"
         for key in dict.fromkeys([*left, *right])
         if not changed_by_design(key) and left.get(key) != right.get(key)
     )
