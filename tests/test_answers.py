@@ -338,3 +338,35 @@ def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():
     quick = [runs[0], run("n1xp2", 2, 80_000.0, 30)]
     case, _ = answers.one_host_cause(Study.from_metrics("cluster_torchrun", {}, quick), sweep)
     assert case == "faster"
+
+
+def _curve(test_losses, lrs):
+    return [
+        {"epoch": e, "train_loss": 1.0 / e, "train_accuracy": 0.5 + 0.1 * e,
+         "test_loss": loss, "test_accuracy": 0.5, "train_time_s": 10.0, "eval_time_s": 1.0,
+         "lr": lr}
+        for e, (loss, lr) in enumerate(zip(test_losses, lrs, strict=True), start=1)
+    ]  # fmt: skip
+
+
+def test_a2_counts_only_the_runs_whose_minimum_could_show_a_rise_and_names_the_schedule():
+    """Before: "No run overfit" while 7 of 9 runs had their minimum at the last epoch, where
+    OneCycle's rate, annealed to nearly 0, makes the loss fall whatever the model does."""
+    annealed = [1e-3, 5e-4, 1e-6]
+    late = fake_metrics("late", epochs=3, history=_curve([2.0, 1.5, 1.2], annealed))
+    early = fake_metrics("early", epochs=3, history=_curve([2.0, 1.0, 1.005], annealed))
+    case, facts = answers.overfitting(study(late, early))
+    assert case == "some_at_last" and (facts["n_told"], facts["n_at_last"]) == (1, 1)
+    assert facts["schedule"] == (
+        "; their learning rate ended at 0% of its peak, so the schedule alone makes the last "
+        "epochs' loss fall"
+    )
+    case, facts = answers.overfitting(study(late))
+    assert case == "still_falling"
+    texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
+    [entry] = next(s for s in texts["sections"] if s["study"] == "overfitting")["answer"]
+    text = answers.sentence(entry, study(late, early))
+    assert text.startswith("No overfitting where it could show: 1 of 2 runs"), text
+    flat = [1e-3] * 3
+    rose = fake_metrics("rose", epochs=3, history=_curve([2.0, 1.0, 1.3], flat))
+    assert answers.overfitting(study(rose, early))[0] == "overfit"

@@ -54,8 +54,13 @@ from dmls.report.wording import minus
 
 def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
     """A2 from A1's curves: whether any run's held-out loss passed its minimum and rose again
-    while its training loss kept falling (case "overfit"), none did ("no_rise"), or every
-    minimum sat at the last epoch, where a rise could not yet show ("still_falling"). The loss
+    while its training loss kept falling (case "overfit"); none did, and every run could have
+    shown it, its minimum before its last epoch ("no_rise"); none did among those that could,
+    the others lowest at their last epoch ("some_at_last"); or every minimum sat at the last
+    epoch, where a rise could not yet show ("still_falling"). A minimum at the last epoch says
+    nothing either way, the less so where the schedule annealed the learning rate toward zero
+    by then (`lr_end`: the last epoch's rate as a share of the run's peak, the highest over the
+    runs), which makes the last epochs' loss fall whether the model overfits or not. The loss
     is the validation split's where the runs have one, else the test set's."""
     histories = {run: h for run, h in study.histories.items() if len(h) >= 2}
     if not histories:
@@ -69,10 +74,15 @@ def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
             overfit.append(run)
             rises.append(100 * (last[column] / best[column] - 1))
     epochs = sorted({int(h.iloc[-1]["epoch"]) for h in histories.values()})
+    lr_end = max(
+        (h["lr"].iloc[-1] / h["lr"].max() for h in histories.values() if h["lr"].max() > 0),
+        default=None,
+    )
     facts = {
         "loss": loss,
         "n": len(histories),
         "n_at_last": at_last,
+        "n_told": len(histories) - at_last,
         "n_overfit": len(overfit),
         "overfit_runs": ", ".join(overfit),
         "rise": "–".join(
@@ -81,8 +91,19 @@ def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
         + "%",
         "epochs": "/".join(map(str, epochs)),
         "tolerance": f"{100 * RISE_TOLERANCE:.0f}%",
+        "schedule": (
+            f"; their learning rate ended at {lr_end:.0%} of its peak, so the schedule alone "
+            "makes the last epochs' loss fall"
+            if lr_end is not None and lr_end < 0.1
+            else ""
+        ),
     }
-    case = "overfit" if overfit else ("still_falling" if at_last == len(histories) else "no_rise")
+    if overfit:
+        case = "overfit"
+    elif at_last == len(histories):
+        case = "still_falling"
+    else:
+        case = "some_at_last" if at_last else "no_rise"
     return case, facts
 
 
