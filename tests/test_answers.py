@@ -283,6 +283,21 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
     assert falling.startswith("The bare baseline none did not overfit in 3 epochs")
     assert "(validation loss lowest at epoch 3," in falling
     assert "The bare baseline none overfit within 4 epochs" in setting([2.0, 1.2, 1.3, 1.5])
+    # Each technique's gap (train 60%, test 50%: +10 points), and where early stopping fired.
+    assert falling.endswith("dropout on): none +10.0 (one seed), train 60.0%; dropout +10.0 "
+                            "(one seed), train 60.0%."), falling  # fmt: skip
+    stopped = run("early_stopping", [2.0, 1.2, 1.3])
+    stopped["spec"]["early_stopping_patience"] = 1
+    stopped["seeds"][0]["final"] |= {"stopped_early_epoch": 3, "restored_best_epoch": 2}
+    stopped["seeds"][0]["history"][2]["lr"] = 0.0005
+    runs = [run("none", [2.0, 1.5, 1.2]), stopped]
+    said = answers.study_answer(
+        a4, Study.from_metrics("regularization", {"baseline": "none"}, runs)
+    )
+    assert said[-1].endswith(
+        ". Early stopping: early_stopping stopped at epoch 3 of 3, its learning rate still "
+        "50% of its peak, and reports epoch 2's weights, restored."
+    ), said[-1]
 
 
 def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():

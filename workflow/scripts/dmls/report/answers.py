@@ -49,7 +49,7 @@ from dmls.report.comparisons import (
 )
 from dmls.report.observations import RISE_TOLERANCE, held_out_loss, held_out_minimum
 from dmls.report.study import OK, Study
-from dmls.report.wording import minus
+from dmls.report.wording import minus, signed
 
 
 def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
@@ -126,7 +126,56 @@ def regularization_setting(study: Study) -> tuple[str, dict[str, Any]]:
         "epochs": str(int(last["epoch"])),
         "best_epoch": str(int(best["epoch"])),
         "gap": minus(f"{gap:+.1f} points"),
+        "gaps": "; ".join(_gap(study, run) for run in study.ok.index),
+        "early": _early_stopping(study),
     }
+
+
+def _gap(study: Study, run: str) -> str:
+    """A run's train − test accuracy gap at its end, in points: the mean over its seeds with
+    the 95% interval, and the training accuracy it comes from."""
+    seeds = [study.metrics[run]["seeds"][k]["final"]
+             for k in record.counted_seeds(study.metrics[run], "test_accuracy")]  # fmt: skip
+    gap = stats.mean_interval([100 * (f["train_accuracy"] - f["test_accuracy"]) for f in seeds])
+    train = np.mean([100 * f["train_accuracy"] for f in seeds])
+    interval = (
+        f" ({signed(gap.low)} to {signed(gap.high)})" if gap.has_interval else " (one seed)"
+    )
+    return f"{run} {signed(gap.mean)}{interval}, train {train:.1f}%"
+
+
+def _early_stopping(study: Study) -> str:
+    """Where early stopping fired, per run that used it (a sentence of its own, or nothing
+    where no run used it): each seed's epoch, the learning rate
+    then as a share of the run's peak (a schedule that had not yet annealed), and which weights
+    the final numbers come from (the best epoch's, restored, or the last epoch's)."""
+    said = []
+    for run in study.ok.index:
+        metrics = study.metrics[run]
+        if not metrics["spec"].get("early_stopping_patience"):
+            continue
+        stops, rates, kept = [], [], set()
+        for seed in metrics["seeds"]:
+            final, history = seed["final"], seed["history"]
+            if not final.get("stopped_early_epoch"):
+                continue
+            epoch = final["stopped_early_epoch"]
+            peak = max(row["lr"] for row in history) or 1.0
+            stops.append(str(epoch))
+            rates.append(history[epoch - 1]["lr"] / peak)
+            restored = final.get("restored_best_epoch")
+            kept.add(f"epoch {restored}'s weights, restored" if restored else "the last weights")
+        if not stops:
+            said.append(f"early stopping never fired in {run} (patience "
+                        f"{metrics['spec']['early_stopping_patience']})")  # fmt: skip
+            continue
+        share = "–".join(dict.fromkeys(f"{r:.0%}" for r in (min(rates), max(rates))))
+        said.append(
+            f"{run} stopped at epoch {'/'.join(stops)} of {metrics['spec']['epochs']}, its "
+            f"learning rate still {share} of its peak, and reports {' / '.join(sorted(kept))}"
+        )
+    text = "; ".join(said)
+    return f". Early stopping: {text}" if text else ""
 
 
 def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[str, Any]]:
