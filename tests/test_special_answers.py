@@ -101,6 +101,16 @@ def test_d1_gives_parameters_the_estimate_the_measured_peak_and_recomputation(le
     sentences = answer("lenet_memory", summary, folder)
     assert len(sentences) == 3
     assert f"{saved:,} bytes" in sentences[2]
+    # Before: D1 quoted the estimate's saving and left out its own measurement of it.
+    full = next(
+        r
+        for r in summary["rows"]
+        if r["status"] == "ok"
+        and r["device"] == row["device"]
+        and (r["optimizer"], r["precision"], r["recompute"]) == ("adamw", "fp32", "full")
+    )
+    assert f"to {full['peak_bytes']:,} bytes" in facts["measured_full"]
+    assert f"measured, on {device} full recomputation took the measured peak" in sentences[2]
 
 
 def test_d1_on_a_cpu_host_says_the_device_and_why_the_gpu_rows_are_missing(lenet):
