@@ -493,6 +493,11 @@ def test_b4_names_the_costliest_module_kind_and_slowest_activation_with_interval
     )
     slowest = cpu["activations"]["slowest"]
     assert facts["activations"].startswith(f"{slowest}, ") and slowest in ("relu", "gelu")
+    # Every activation the study swapped in is named with its time, fastest first.
+    means = cpu["activations"]["means"]
+    assert [part.split()[0] for part in facts["ranking"].split(", ")] == sorted(
+        means, key=means.get
+    )
 
 
 def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
