@@ -295,7 +295,7 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
         a4, Study.from_metrics("regularization", {"baseline": "none"}, runs)
     )
     assert said[-1].endswith(
-        ". Early stopping: early_stopping stopped at epoch 3 of 3, its learning rate still "
+        "; early stopping: early_stopping stopped at epoch 3 of 3, its learning rate still "
         "50% of its peak, and reports epoch 2's weights, restored."
     ), said[-1]
 

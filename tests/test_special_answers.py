@@ -540,6 +540,9 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
         return f"{stats.geometric_mean(times) * 1e3:.1f}"
 
     assert f"; {mean_ms('fused')} vs {mean_ms('cudnn')} ms)" in facts["forward_shallow"]
+    # The course's other baselines, the CPU here (cuDNN off is not in this config).
+    assert facts["others_shallow"].startswith("on the CPU: forward ")
+    assert f"; {mean_ms('cpu')} vs {mean_ms('cudnn')} ms)" in facts["others_shallow"]
     assert re.search(r"cudnn [\d.]+% ± [\d.]+; fused [\d.]+% ± [\d.]+; cpu [\d.]+%",
                      facts["accuracy_shallow"])  # fmt: skip
 

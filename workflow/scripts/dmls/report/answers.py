@@ -175,7 +175,7 @@ def _early_stopping(study: Study) -> str:
             f"learning rate still {share} of its peak, and reports {' / '.join(sorted(kept))}"
         )
     text = "; ".join(said)
-    return f". Early stopping: {text}" if text else ""
+    return f"; early stopping: {text}" if text else ""
 
 
 def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[str, Any]]:

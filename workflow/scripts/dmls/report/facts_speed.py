@@ -104,19 +104,29 @@ def fused_conv(summary: dict[str, Any], folder: Path) -> Facts:
             and r[f"{part}_time_s"] not in ("", None)
         ]
 
-    def part(depth: int, name: str) -> str:
-        cudnn, fused = times(depth, "cudnn", name), times(depth, "fused", name)
-        if not cudnn or not fused:
-            pair = [r for r in rows if int(r["depth"]) == depth and r["mode"] in ("cudnn", "fused")]
+    def part(depth: int, name: str, mode: str = "fused") -> str:
+        cudnn, other = times(depth, "cudnn", name), times(depth, mode, name)
+        if not cudnn or not other:
+            pair = [r for r in rows if int(r["depth"]) == depth and r["mode"] in ("cudnn", mode)]
             skipped = [r for r in pair if r["status"] != OK]
-            return not_measured(skip_reason(skipped) or "cuDNN or the fused kernel did not run")
-        # The fused kernel's time first, as every "run vs reference" pair is written.
-        means = (f"{stats.geometric_mean(fused) * 1e3:.1f} vs "
+            return not_measured(skip_reason(skipped) or f"cuDNN or {mode} did not run")
+        # The other mode's time first, as every "run vs reference" pair is written.
+        means = (f"{stats.geometric_mean(other) * 1e3:.1f} vs "
                  f"{stats.geometric_mean(cudnn) * 1e3:.1f} ms")  # fmt: skip
         try:
-            return speed(cudnn, fused, means)
+            return speed(cudnn, other, means)
         except NotMeasured as e:
             return not_measured(str(e))
+
+    def others(depth: int) -> str:
+        """The course's two other baselines against cuDNN: cuDNN off, and the CPU."""
+        said = [
+            f"{label}: forward {part(depth, 'forward', mode)}, backward "
+            f"{part(depth, 'backward', mode)}"
+            for mode, label in (("no_cudnn", "with cuDNN off"), ("cpu", "on the CPU"))
+            if any(r["mode"] == mode for r in rows)
+        ]
+        return "; ".join(said) or not_measured("the config runs neither cuDNN off nor the CPU")
 
     def accuracy(depth: int) -> str:
         parts = []
@@ -141,6 +151,8 @@ def fused_conv(summary: dict[str, Any], folder: Path) -> Facts:
         "backward_shallow": part(shallow, "backward"),
         "forward_deep": part(deep, "forward"),
         "backward_deep": part(deep, "backward"),
+        "others_shallow": others(shallow),
+        "others_deep": others(deep),
         "accuracy_shallow": accuracy(shallow),
         "accuracy_deep": accuracy(deep),
     }
