@@ -409,6 +409,9 @@ def test_d4_what_ran_state_against_the_closed_form_at_the_largest_n_and_the_step
     assert case == "measured"
     assert facts["ranks"] == "4 GPU ranks (the CPU's rows failed: gloo hung)"
     assert facts["parameters"] == "476.3 M"
+    assert facts["ns"] == "N = 2 and 4; the figures are N = 4's"
+    only = [r for r in shard_rows() if r["processes"] == 2]
+    assert facts_memory.sharding({"status": "ok", "rows": only}, tmp_path)[1]["ns"] == "N = 2 only"
     assert facts["ran"] == (
         "DDP (DistributedDataParallel); ZeroRedundancyOptimizer under DDP (ZeRO-1); "
         "fully_shard, reshard_after_forward=False (ZeRO-2-like; parameters sharded too); "

@@ -185,6 +185,7 @@ def sharding(summary: dict[str, Any], folder: Path) -> Facts:
             more, f"{DEVICES.get(device, device).removeprefix('the ')} rows of more ranks"
         ),
         "parameters": _parameters(next(iter(done.values()))["parameters"]),
+        "ns": _rank_counts(rows, device, n),
         "ran": "; ".join(ran),
         "memory": "; ".join(memory),
     }
@@ -198,6 +199,15 @@ def sharding(summary: dict[str, Any], folder: Path) -> Facts:
     means = " vs ".join(step_means) + " ms"
     facts["step"] = f"{other['stage']} {speed(_steps(ddp), _steps(other), means)}"
     return "measured", facts
+
+
+def _rank_counts(rows: list[dict[str, Any]], device: str, n: int) -> str:
+    """Which numbers of ranks ran on `device`, and which the figures are of (the course asks
+    for 2 and 4): "N = 2 only", "N = 2 and 4; the figures are N = 4's"."""
+    ran = sorted({r["processes"] for r in rows if r["device"] == device and r["status"] == OK})
+    if len(ran) == 1:
+        return f"N = {ran[0]} only"
+    return f"N = {', '.join(map(str, ran[:-1]))} and {ran[-1]}; the figures are N = {n}'s"
 
 
 def _parameters(p: int) -> str:
