@@ -724,7 +724,8 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
             "n_test": 5,
         },
     )
-    config = {"studies": {"parallelism": {"title": f"A1 {hostile}"}}}
+    config = {"studies": {"parallelism": {"title": f"A1 {hostile}"}},
+              "special_studies": {"spark_lazy": {"enabled": False}}}  # fmt: skip
     rendered = page.render(
         template_dir=ROOT / "report",
         texts_path=ROOT / "report" / "studies.yaml",
@@ -747,6 +748,11 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
     assert "SYNTHETIC" in rendered and "1 × NVIDIA H100" in rendered and "580.1" in rendered
     assert "Course reference (other students" in rendered  # labelled apart from our numbers
     assert "no CUDA GPU on this host" in rendered
+    # A study of the report's text this folder did not run is listed with why, never missing.
+    assert ("Not run: this folder&#39;s config turns it off (special_studies.spark_lazy.enabled: "
+            "false).") in rendered  # fmt: skip
+    assert "Not run: this folder&#39;s config has no study precision." in rendered
+    assert '<section id="spark_lazy" class="study">' in rendered
     # No number from the skipped run anywhere in its row of the results table.
     row = re.search(r"<tr class=\"not-ok\"><td>dataparallel_2gpu</td>.*?</tr>", rendered, re.S)
     assert row and not re.search(r">\s*\d", row.group(0).split("colspan")[0])

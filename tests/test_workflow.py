@@ -442,7 +442,7 @@ VERDICT = re.compile(
     r"faster|slower|heavier|lighter|more accurate|less accurate|within [\w-]+ noise|the same|"
     r"identical in every|too few \w+s to tell|costlier|grows|falls|overfit|"
     r"not trained long enough|agree|disagree|exact|not measured|no job|from its source|"
-    r"cached rows|refused|identity kept"
+    r"cached rows|refused|identity kept|Not run"
 )
 
 

@@ -186,10 +186,15 @@ def load_special(path: Path) -> dict[str, Any]:
 
 
 def arrange(
-    sections: list[dict[str, Any]], specials: list[dict[str, Any]], texts: dict[str, Any]
+    sections: list[dict[str, Any]],
+    specials: list[dict[str, Any]],
+    texts: dict[str, Any],
+    config: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Sections in the order of report/studies.yaml, each with its text; A2 is drawn from A1's
-    runs. Studies the text file doesn't know come last, with their numbers only."""
+    runs. A study of the text file this folder did not run is listed with why (`absent`),
+    never silently left out. Studies the text file doesn't know come last, with their numbers
+    only."""
     by_key = {s["key"]: s for s in sections}
     special_by_key = {s["key"]: s for s in specials}
     out = []
@@ -197,10 +202,14 @@ def arrange(
         if "special" in entry:
             if entry["special"] in special_by_key:
                 out.append(_item(entry, special_by_key[entry["special"]], kind="special"))
+            else:
+                out.append(absent(entry, config or {}))
             continue
         source = by_key.get(entry.get("from") or entry["study"])
         if source is not None:
             out.append(_item(entry, source, kind="derived" if "from" in entry else "runs"))
+        else:
+            out.append(absent(entry, config or {}))
     known = {e.get("from") or e.get("study") for e in texts["sections"]}
     known |= {e["special"] for e in texts["sections"] if "special" in e}
     out += [_item({"study": k}, s, kind="runs") for k, s in by_key.items() if k not in known]
@@ -208,6 +217,37 @@ def arrange(
         _item({"study": k}, s, kind="special") for k, s in special_by_key.items() if k not in known
     ]
     return out
+
+
+def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """A study of report/studies.yaml this folder has no results of: its answer says why (the
+    config turns it off, or has no such study), and its section shows only that."""
+    if "special" in entry:
+        key = entry["special"]
+        settings = (config.get("special_studies") or {}).get(key)
+        if settings is None:
+            why = f"Not run: this folder's config has no special study {key}."
+        elif not settings.get("enabled", True):
+            why = (f"Not run: this folder's config turns it off (special_studies.{key}.enabled: "
+                   "false).")  # fmt: skip
+        else:
+            why = f"Not run: no results of {key} were found in this folder."
+    else:
+        key = entry.get("from") or entry["study"]
+        why = (f"Not run: this folder's config has no study {key}."
+               if key not in (config.get("studies") or {})
+               else f"Not run: no results of {key} were found in this folder.")  # fmt: skip
+    study = entry.get("special") or entry.get("study")
+    title = entry.get("title") or ((config.get("studies") or {}).get(key) or {}).get("title")
+    text = {"study": study, "title": title or study, "question": None,
+            "background": [], "measured_elsewhere": [], "course_reference": None}  # fmt: skip
+    return {
+        "entry": text | entry,
+        "section": {"key": study, "provenance": None},
+        "kind": "absent",
+        "answer": [why],
+        "no_answer": "",
+    }
 
 
 def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -295,7 +335,8 @@ def render(
     )
     statuses = frame["status"].value_counts().to_dict()
     specials = [load_special(p) for p in special_paths]
-    sections = arrange([load_section(p, figure_captions) for p in section_paths], specials, texts)
+    loaded = [load_section(p, figure_captions) for p in section_paths]
+    sections = arrange(loaded, specials, texts, config)
     # Every job's span, once: the header's wall time, the timeline, and who ran alone.
     runs = [timeline.run_row(m) for m in metrics]
     jobs = runs + [timeline.study_row(s["summary"]) for s in specials]
