@@ -1060,3 +1060,18 @@ def test_the_terminal_summary_counts_each_studys_runs_and_says_each_reason_once(
         "  1 run(s) — dp could not run: no CUDA GPU on this host: parallelism/dp",
         "  1 run(s) — dp2 could not run: no CUDA GPU on this host: parallelism/dp2",
     ]
+
+
+def test_provenance_names_the_data_the_course_used_where_ours_stands_in_and_emulated_nodes():
+    """Before: A sections said "Ran on fashion_mnist" and never that it stands in for CIFAR-10;
+    B's emulated nodes were said only in the header."""
+    from dmls.report.cells import stand_in
+
+    assert stand_in("fashion_mnist", "CIFAR-10") == " (real; a stand-in for the course's CIFAR-10)"
+    assert stand_in("cifar10", "CIFAR-10") == ""
+    assert stand_in("synthetic_cifar", "CIFAR-10") == " (a stand-in for the course's CIFAR-10)"
+    grid = fake_metrics("n2xp1", launcher="torchrun", nodes=2, epochs=3)
+    grid["derived"]["nodes_emulated"] = True
+    p = Study.from_metrics("cluster_torchrun", {}, [grid]).provenance()
+    assert p["nodes"].startswith("nodes emulated on one host") and p["data"] == "CIFAR-10"
+    assert a1_study().provenance()["nodes"] == ""

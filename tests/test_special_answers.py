@@ -713,3 +713,28 @@ def test_the_templates_cover_every_case_hold_no_number_and_say_at_most_three_sen
                 # (A digit inside a name, as in LeNet-5 or fp32, is no number.)
                 assert not re.search(r"(?<![\w-])\d", prose), (name, say)
                 assert prose.count(". ") == 0 and say.endswith("."), (name, say)
+
+
+def test_every_special_section_says_what_it_ran_on():
+    """Before: B4, C, D1–D7 and A5 explained had no visible "Ran on" line."""
+    from dmls.report import special
+
+    host = {"hostname": "h", "gpus": ["NVIDIA H200"], "cpu_model": "Xeon"}
+    c = {"config": {"dataset": "fashion_mnist", "train_samples": 2000, "epochs": 2,
+                    "repeats": 3}, "host": host,
+         "rows": [{"mode": "cudnn", "status": "ok"}, {"mode": "cpu", "status": "ok"}]}  # fmt: skip
+    assert special.provenance(c) == (
+        "Ran on Fashion-MNIST, 2,000 training samples, 2 epochs; 3 repeats; NVIDIA H200 (GPU) "
+        "and the CPU (Xeon)."
+    )
+    d1 = {
+        "config": {"steps": 2},
+        "host": host | {"gpus": []},
+        "rows": [{"device": "cpu", "status": "ok"}, {"device": "cuda", "status": "skipped"}],
+    }
+    assert special.provenance(d1) == "Ran on 2 steps; the CPU (Xeon)."
+    synthetic = {"config": {"dataset": "synthetic_cifar"}, "host": host,
+                 "rows": [{"device": "cuda", "status": "ok"}]}  # fmt: skip
+    assert special.provenance(synthetic) == (
+        "Ran on SYNTHETIC CIFAR-shaped images; NVIDIA H200 (GPU)."
+    )

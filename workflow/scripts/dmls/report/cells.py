@@ -117,3 +117,21 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "steady_epoch_energy_j": joules,
     "energy_to_target_j": joules,
 }
+
+
+# How a data set is named where a section says what it ran on.
+DATA_NAMES = {
+    "cifar10": "CIFAR-10",
+    "fashion_mnist": "Fashion-MNIST",
+    "synthetic_cifar": "SYNTHETIC CIFAR-shaped images",
+    "tabular": "the tabular set",
+}
+
+
+def stand_in(dataset: str, course_data: str | None) -> str:
+    """ " (real; a stand-in for the course's CIFAR-10)" where a section's data is not the one
+    the course used (`course_data`, report/studies.yaml), else ""."""
+    if not course_data or DATA_NAMES.get(dataset, dataset) == course_data:
+        return ""
+    real = "" if dataset.startswith("synthetic") else "real; "
+    return f" ({real}a stand-in for the course's {course_data})"

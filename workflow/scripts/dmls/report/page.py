@@ -24,7 +24,7 @@ import yaml
 from dmls import record
 from dmls.files import atomic_write, read_json
 from dmls.report import captions, special, special_answers, timeline
-from dmls.report.cells import FORMATS, MIB, cell, missing
+from dmls.report.cells import FORMATS, MIB, cell, missing, stand_in
 from dmls.report.study import ALONE, OK, SHARED
 
 # Columns of the all-runs table, in this order (the full table is runs.csv, linked from it);
@@ -260,10 +260,16 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
         "course_reference": None,
     }
     key = text["study"]
+    course_data = entry.get("course_data")
     if kind == "special":
         answer = special_answers.special_answer(entry, section["summary"], section["folder"])
+        section["provenance_line"] = special.provenance(section["summary"], course_data)
     else:
         answer = section.get("answers", {}).get(key, [])
+        p = section.get("provenance")
+        if p and course_data:  # ("data" names the data set; "dataset" its key)
+            dataset = p.get("dataset", p["data"])
+            section["provenance"] = p | {"data": p["data"] + stand_in(dataset, course_data)}
     return {
         "entry": text | entry,
         "section": section,

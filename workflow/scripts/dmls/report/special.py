@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from dmls.report.cells import cell, number
+from dmls.report.cells import DATA_NAMES, cell, number, stand_in
 from dmls.summary import read as read_summary
 
 # Per study: the tables to show, as (caption, CSV file, columns; None = all of them).
@@ -221,6 +221,38 @@ IDENTIFIERS = {
 DOWNLOADS = {"profiler": "traces/*.json.gz"}
 
 
+# What a study repeats, by its config key, in the order a provenance line gives them.
+REPEATS = (("repeats", "repeats"), ("iterations", "timed calls per size"), ("steps", "steps"))
+
+
+def provenance(summary: dict[str, Any], course_data: str | None = None) -> str:
+    """What a special study ran on, for the line under its answer: its data (real or
+    synthetic, samples, epochs) where it trains, its repeats, and where its parts ran (the
+    GPU's name, the CPU), from its summary; `course_data`, the data set the course used (report/
+    studies.yaml), is named where ours stands in for it."""
+    cfg, host = summary.get("config") or {}, summary.get("host") or {}
+    parts = []
+    if dataset := cfg.get("dataset"):
+        data = DATA_NAMES.get(dataset, dataset) + stand_in(dataset, course_data)
+        if samples := cfg.get("train_samples"):
+            data += f", {samples:,} training samples"
+        if epochs := cfg.get("epochs"):
+            data += f", {epochs} epoch{'s' if epochs != 1 else ''}"
+        parts.append(data)
+    parts += [f"{cfg[key]} {what}" for key, what in REPEATS if isinstance(cfg.get(key), int)]
+    ran = [r for r in summary["rows"] if r["status"] == "ok"]
+    devices = sorted({r.get("device") or ("cpu" if r.get("mode") == "cpu" else None)
+                      for r in ran} - {None})  # fmt: skip
+    named = {
+        "cuda": f"{host['gpus'][0]} (GPU)" if host.get("gpus") else "the GPU",
+        "cpu": f"the CPU ({host['cpu_model']})" if host.get("cpu_model") else "the CPU",
+    }
+    where = [named.get(d, d) for d in devices] or [f"host {host.get('hostname', '?')}"]
+    if ran and any("mode" in r and "device" not in r and r["mode"] != "cpu" for r in ran):
+        where = [named["cuda"], *(w for w in where if w != named["cuda"])]  # (C's GPU modes)
+    return f"Ran on {'; '.join(parts) + '; ' if parts else ''}{' and '.join(where)}."
+
+
 def load(summary_path: Path) -> dict[str, Any]:
     """One special study's section: its tables, facts, figures and downloads, and its summary
     (read once, through dmls.summary.read: a damaged one is named, with how to rebuild it)."""
@@ -245,6 +277,7 @@ def load(summary_path: Path) -> dict[str, Any]:
             if r["status"] != "ok"
         ],
         "notes": summary.get("notes") or [],
+        "provenance_line": provenance(summary),
         "tables": tables,
         "facts": facts,
         "texts": [

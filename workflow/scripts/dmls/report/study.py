@@ -223,8 +223,14 @@ class Study:
             for m, h in zip(ran, hosts, strict=True)
         ]
         return {
-            "data": each([d.get("name") for d in data]),
+            "dataset": each([d.get("name") for d in data]),
+            "data": each([cells.DATA_NAMES.get(d.get("name"), d.get("name")) for d in data]),
             "synthetic": any(d.get("synthetic") for d in data),
+            "nodes": (
+                "nodes emulated on one host (its cores shared, loopback between them)"
+                if any(m["derived"].get("nodes_emulated") for m in ran)
+                else ""
+            ),
             "train_samples": each([f"{d['n_train']:,}" for d in data if d.get("n_train")]),
             "epochs": each([m["spec"]["epochs"] for m in ran]),
             "seeds": each([record.seed_count(m) for m in ran]),
