@@ -173,6 +173,16 @@ def sharding_params():
     return cfg
 
 
+def collectives_config():
+    """A5 explained's config, with the model and data set the A runs train (the defaults), so
+    that the gradient it reasons with is the one they all-reduce."""
+    defaults = config["defaults"]
+    model = {k: defaults["model"][k] for k in ("conv_channels", "fc_hidden")}
+    return config["special_studies"]["collectives"] | {
+        "gradient_model": {"dataset": defaults["dataset"], **model}
+    }
+
+
 def collectives_table(wildcards):
     """The collectives sweep's table, where the sweep runs: a study's communication per step is
     predicted from it (A5's backends, B1's processes on one host); else nothing."""

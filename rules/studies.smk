@@ -198,7 +198,7 @@ rule collectives:
         study="collectives",
         timed=True,  # reserves its cores and its GPUs, where there are any
         gpus=max(config["special_studies"]["collectives"]["processes"]),
-        cfg=config["special_studies"]["collectives"],
+        cfg=collectives_config(),
     script:
         "../workflow/scripts/run_special_study.py"
 

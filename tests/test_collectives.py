@@ -76,6 +76,7 @@ def test_a_setup_this_host_cannot_run_is_skipped_with_the_reason(summary):
 def test_the_notes_give_the_cost_of_all_reducing_the_course_gradient(summary):
     result, _ = summary
     assert result["course_gradient_bytes"] == 4 * 620586  # the course CNN's parameters, fp32
+    assert result["gradient_model"] == {"parameters": 620586, "dataset": "cifar10"}
     note = result["notes"][0]
     assert note.startswith("gloo on cpu tensors, 2 processes: all-reduce latency ")
     # 2.37 MiB lies between 1 MiB and 16 MiB only with a larger sweep: here it is outside.
@@ -153,3 +154,16 @@ def test_a_study_whose_ranks_hang_is_stopped_at_the_timeout_and_says_so(tmp_path
     assert time.monotonic() - start < 60
     assert ended(pids)
     assert "TIMED OUT" in (folder / "ranks.log").read_text()
+
+
+def test_the_gradient_is_the_one_of_the_model_the_a_runs_train():
+    """Before: A5 explained reasoned with the CIFAR model's 2.37 MiB while A5 trained a
+    Fashion-MNIST model of 390,634 parameters (1.49 MiB)."""
+    from dmls.special.collectives import course_gradient
+
+    model = {"dataset": "fashion_mnist", "conv_channels": [32, 64, 128], "fc_hidden": 256}
+    assert course_gradient({"gradient_model": model}) == {
+        "bytes": 4 * 390634,
+        "parameters": 390634,
+        "dataset": "fashion_mnist",
+    }

@@ -340,6 +340,10 @@ def latency(backend, device, size, n=2):
 
 def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_path):
     summary = {"status": "ok", "rows": sweep_rows(), "course_gradient_bytes": GRADIENT}
+    # Before: the CIFAR model's gradient, whatever the A runs trained; now named with its model.
+    named = summary | {"gradient_model": {"parameters": 390634, "dataset": "fashion_mnist"}}
+    gradient = facts_speed.collectives(named, tmp_path)[1]["gradient"]
+    assert gradient.endswith("(390,634 parameters, built for Fashion-MNIST)"), gradient
     case, facts = facts_speed.collectives(summary, tmp_path)
     assert case == "compared"
     assert facts["processes"] == "2"
@@ -371,7 +375,7 @@ def test_a5_without_gpus_gloo_against_nccl_is_not_measured_with_the_reason(tmp_p
         "NCCL on CUDA tensors not measured here, as it was skipped: needs 2 CUDA GPUs"
     )
     assert answer("collectives", summary, tmp_path)[1] == (
-        "Gloo against NCCL at the course CNN's 2.37 MiB gradient: not measured here (as above)."
+        "Gloo against NCCL at the CNN's 2.37 MiB gradient: not measured here (as above)."
     )  # the reason is in the sentence before
 
 

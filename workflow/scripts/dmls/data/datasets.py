@@ -52,6 +52,13 @@ _SPECS: dict[str, tuple[list[int], int]] = {
 }
 
 
+def shape(name: str) -> tuple[list[int], int]:
+    """A data set's input shape (C, H, W, or features) and its number of classes."""
+    if name not in _SPECS:
+        raise ValueError(f"unknown data set {name!r}: one of {sorted(_SPECS)}")
+    return _SPECS[name]
+
+
 class DataUnavailable(Exception):
     """Data can't be obtained here; message says exactly how to provide it."""
 

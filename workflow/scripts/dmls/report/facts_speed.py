@@ -17,6 +17,7 @@ from dmls.report.answers import (
     skip_reason,
     speed,
 )
+from dmls.report.cells import DATA_NAMES
 from dmls.report.comparisons import Facts, NotMeasured, Ratio
 from dmls.report.study import OK
 from dmls.report.wording import DEVICES, fmt_count, fmt_mean, fmt_num, fmt_plural, fmt_sig, fmt_size
@@ -267,7 +268,10 @@ def collectives(summary: dict[str, Any], folder: Path) -> Facts:
             f"{name} {fmt_num(small['latency_us'])} µs at {fmt_size(small['size_bytes'])} and "
             f"{fmt_num(large['busbw_gb_s'])} GB/s at {fmt_size(large['size_bytes'])}"
         )
-    facts = {"processes": str(n), "setups": "; ".join(clauses), "gradient": fmt_size(gradient)}
+    model = summary.get("gradient_model")
+    of = (f" ({model['parameters']:,} parameters, built for "
+          f"{DATA_NAMES.get(model['dataset'], model['dataset'])})" if model else "")  # fmt: skip
+    facts = {"processes": str(n), "setups": "; ".join(clauses), "gradient": fmt_size(gradient) + of}
     nccl = reduce.get(("nccl", "cuda", "host"))
     if nccl is None:
         mine = [r for r in rows if r["backend"] == "nccl" and r["processes"] == n]

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from dmls.comm import DDP_BUCKET_BYTES, latency_at
+from dmls.data import datasets
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.protocol import as_rank
 from dmls.special import error_line, ranks
@@ -56,10 +57,16 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def course_gradient_bytes() -> int:
-    """The course CNN's gradient in bytes (fp32): what DDP all-reduces every step."""
-    model = course_cnn()
-    return 4 * sum(p.numel() for p in model.parameters())
+def course_gradient(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The gradient DDP all-reduces every step (fp32) of the CNN the A runs train: the model
+    and data set of the config's defaults (`gradient_model`, set by the rule), else the course
+    CNN on CIFAR-10. Its bytes, parameters and data set, for the summary."""
+    model_cfg = cfg.get("gradient_model") or {}
+    dataset = model_cfg.get("dataset", "cifar10")
+    input_shape, classes = datasets.shape(dataset)
+    sizes = {k: model_cfg[k] for k in ("conv_channels", "fc_hidden") if k in model_cfg}
+    parameters = sum(p.numel() for p in course_cnn(input_shape, classes, **sizes).parameters())
+    return {"bytes": 4 * parameters, "parameters": parameters, "dataset": dataset}
 
 
 def sizes(cfg: dict[str, Any]) -> list[int]:
@@ -289,12 +296,14 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
             rows.append({"backend": backend, "device": device, "placement": placement,
                          "op": "all", "processes": world, "status": "failed",
                          "reason": str(e)})  # fmt: skip
-    gradient = course_gradient_bytes()
+    model = course_gradient(cfg)
+    gradient = model["bytes"]
     write_csv(out_dir / "collectives.csv", rows, COLUMNS)
     save_figure(_figure(rows, gradient), out_dir / "bandwidth.png")
     return {
         "rows": rows,
         "course_gradient_bytes": gradient,
+        "gradient_model": {k: model[k] for k in ("parameters", "dataset")},
         "ddp_bucket_bytes": DDP_BUCKET_BYTES,
         "notes": observations(rows, gradient),
     }
