@@ -44,7 +44,6 @@ from dmls.report.comparisons import (
     fit,
     metric_label,
     require_finished,
-    resolve,
     short_reason,
 )
 from dmls.report.observations import RISE_TOLERANCE, held_out_loss, held_out_minimum
@@ -356,7 +355,13 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
         times = [t for t in record.timed_values(metrics, "train_time_s") if t is not None]
         row = study.runs.loc[run]
         ours = [f"{np.mean(times):,.1f} s", f"{100 * row['test_accuracy']:.1f}% test"]
-        if (column := resolve(study, "memory")) in row and row[column] == row[column]:
+        # Like beside like: the course gives a run's whole peak, so ours is the peak too (the
+        # GPU's allocated bytes at their highest, everything held at once), never the part a
+        # step adds.
+        column = "peak_gpu_mem_allocated_bytes"
+        if not (column in row and row[column] == row[column]):
+            column = "peak_host_rss_bytes"
+        if column in row and row[column] == row[column]:
             ours.insert(1, f"{row[column] / MIB:,.1f} MiB ({METRICS[column].label})")
         data = metrics.get("data") or {}
         host = metrics["host"]
