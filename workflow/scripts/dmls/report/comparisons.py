@@ -98,6 +98,37 @@ def seeds_said(study: Study, run: str, metric: str) -> str:
     return f"{'warm ' if warm else ''}seed{'s' if len(names) > 1 else ''} {span(names)}"
 
 
+def first_seeds(runs: Sequence[tuple[Study, str]], metric: str, spec: Metric) -> str:
+    """Where a process's first seed measured more than its warm ones (left out by
+    record.counted_seeds), by how much and why: "; each job's first seed held 39.6 vs 28.0 MiB
+    more (cuDNN's autotuning: graph and compiled steps)"; empty where none did."""
+    excess, steps = [], set()
+    for study, run in runs:
+        metrics = study.metrics[run]
+        warm = set(record.warm_seeds(metrics))
+        if not warm or not set(record.counted_seeds(metrics, metric)) <= warm:
+            excess.append(0.0)  # (no warm seed counted: nothing was left out)
+            continue
+        cold = [
+            value
+            for k, seed in enumerate(metrics["seeds"])
+            if k not in warm and seed["status"] == "ok"
+            and (value := record.seed_value(seed, metric)) is not None
+        ]  # fmt: skip
+        values = record.counted_values(metrics, metric)
+        excess.append(float(np.mean(cold)) - float(np.mean(values)) if cold and values else 0.0)
+        steps.add("eager" if (metrics.get("step") or {}).get("mode") == "eager" else "graph")
+    if max(excess) * spec.scale < 0.05:
+        return ""
+    why = (
+        "cuDNN's autotuning workspaces, paid once per process: bench/seed_memory.py"
+        if steps == {"graph"}
+        else "not measured further for eager steps"
+    )
+    amounts = " vs ".join(_number(e, spec) for e in excess)
+    return f"; each job's first seed measured {amounts} {spec.unit} more ({why})"
+
+
 def span(numbers: Sequence[int]) -> str:
     """Seed numbers as the text names them: "0–2" when consecutive, else "1 and 2", "0, 2
     and 5"."""
@@ -150,6 +181,7 @@ def compare(
     said = {seeds_said(a_study, run, metric), seeds_said(b_study, b_run, metric)}
     if metric in record.WARM_METRICS or len(said) > 1:  # (else: every finished seed)
         means += f", {' vs '.join(sorted(said))}"
+        means += first_seeds(((a_study, run), (b_study, b_run)), metric, spec)
     extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     also = f"; the two also differ in {extra}" if extra else ""
     unit = "seed" if metric in record.SEED_METRICS else "job"
