@@ -13,7 +13,7 @@ from dmls import record, stats
 from dmls.report import targets
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
-from dmls.report.comparisons import NotMeasured, fit
+from dmls.report.comparisons import NotMeasured, also_differ, fit, ran
 from dmls.report.study import OK, Study
 from dmls.report.wording import in_s, minus, points_text, ratio_text
 
@@ -55,7 +55,9 @@ def seed_note(study: Study) -> list[str]:
 
 def versus_baseline(study: Study) -> list[str]:
     """Throughput, accuracy and memory of every finished run against the study's baseline, each
-    compared over the seeds (a ratio or a difference with its 95% interval)."""
+    compared over the seeds (a ratio or a difference with its 95% interval), naming every
+    setting the two differ in (the step each took included): a pair that changes more than one
+    thing says so."""
     base_name = study.baseline
     base = study.runs.loc[base_name]
     if base["status"] != OK:
@@ -83,7 +85,9 @@ def versus_baseline(study: Study) -> list[str]:
             ratio = _compare(stats.ratio, study, run, base_name, column)
             mib = f"{row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB"
             parts.append(f"{what} {mib}, {ratio_text(ratio, *WORDS['memory'])}")
-        lines.append(f"{run} vs {base_name}: " + "; ".join(parts) + ".")
+        differ = also_differ(ran(study.metrics[run]), ran(study.metrics[base_name]), ())
+        pair = f"{run} vs {base_name}" + (f" (they differ in {differ})" if differ else "")
+        lines.append(f"{pair}: " + "; ".join(parts) + ".")
     return lines
 
 
