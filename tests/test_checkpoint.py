@@ -444,3 +444,92 @@ def test_a_full_disk_during_training_fails_the_run_and_keeps_the_last_checkpoint
         trainer.train(spec, tabular_dir, tmp_path, path)
     state, _ = checkpoint.load(path, checkpoint.read_identity(path))
     assert state["epoch"] == 1
+
+
+class Killed(Exception):
+    """The job dies here (as a `kill -9` would, after the last checkpoint landed)."""
+
+
+def test_a_run_killed_while_early_stopping_waits_resumes_to_the_same_best_weights(
+    tmp_path, tabular_dir, monkeypatch, capsys
+):
+    """The weights early stopping goes back to are in the checkpoint: a run killed in its
+    patience window (its last checkpoint's weights are not the best), or after it stopped and
+    before it went back to them, ends as the uninterrupted run, the same weights included. A
+    checkpoint written before checkpoints kept them starts the run afresh."""
+    from dmls.training import job
+    from dmls.training.trainer import Trainer
+
+    spec = make_spec(
+        dataset="tabular", model={"name": "mlp", "hidden": 16, "batch_norm": True},
+        device="cpu", epochs=10, batch_size=32, num_workers=0, validation_samples=64,
+        optimizer={"name": "sgd", "lr": 0.3, "momentum": 0.9}, early_stopping_patience=2,
+    )  # fmt: skip
+
+    def train(name: str) -> tuple[dict, dict]:
+        run_dir = tmp_path / name
+        run_dir.mkdir(exist_ok=True)
+        (seed,) = job.train(spec, tabular_dir, run_dir, tmp_path / f"{name}.pt")["seeds"]
+        return seed, torch.load(run_dir / "model.pt", weights_only=True)["model"]
+
+    want, want_weights = train("reference")
+    best, stop = want["final"]["restored_best_epoch"], want["final"]["stopped_early_epoch"]
+    assert best is not None and stop == best + 2 < spec.epochs
+
+    def same_as_the_reference(seed: dict, weights: dict) -> None:
+        assert seed["final"] == want["final"]
+        for got, row in zip(seed["history"], want["history"], strict=True):
+            for key in ("train_loss", "val_loss", "test_loss", "test_accuracy", "lr"):
+                assert got[key] == row[key], (got["epoch"], key)
+        assert weights.keys() == want_weights.keys()
+        for key, tensor in weights.items():  # BatchNorm's running statistics included
+            assert torch.equal(tensor, want_weights[key]), key
+
+    # 1. Killed during the epoch it stops at: its last checkpoint is the one before, a
+    #    patience epoch, whose weights are not the best.
+    real_train_epoch = Trainer.train_epoch
+
+    def killed_at_the_stop(self, epoch):
+        if epoch + 1 == stop:
+            raise Killed
+        return real_train_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "train_epoch", killed_at_the_stop)
+    with pytest.raises(Killed):
+        train("window")
+    monkeypatch.undo()
+    path = tmp_path / "window.pt"
+    key = checkpoint.read_identity(path)
+    state, _ = checkpoint.load(path, key)
+    assert state["epoch"] == stop - 1 and state["progress"]["best_epoch"] == best
+    assert not torch.equal(state["model"]["net.0.weight"], state["best_model"]["net.0.weight"])
+    seed, weights = train("window")
+    assert seed["resumed_from_epoch"] == stop - 1
+    same_as_the_reference(seed, weights)
+
+    # 2. Killed after its last epoch's checkpoint, before it went back to the best weights:
+    #    the rerun trains no epoch, and goes back to them from the checkpoint.
+    def killed_before_going_back(self, progress):
+        raise Killed
+
+    monkeypatch.setattr(Trainer, "_restore_best", killed_before_going_back)
+    with pytest.raises(Killed):
+        train("stopped")
+    monkeypatch.undo()
+    state, _ = checkpoint.load(tmp_path / "stopped.pt", key)
+    assert state["epoch"] == state["progress"]["stopped_early_epoch"] == stop
+    seed, weights = train("stopped")
+    assert seed["resumed_from_epoch"] == stop
+    same_as_the_reference(seed, weights)
+
+    # 3. A checkpoint without the best weights (written before they were kept) is not resumed.
+    old = tmp_path / "old.pt"
+    checkpoint.save(old, key, {k: v for k, v in state.items() if k != "best_model"})
+    capsys.readouterr()
+    seed, weights = train("old")
+    assert seed["resumed_from_epoch"] == 0
+    assert (
+        f"ignoring checkpoint {old}: it holds no best weights for early stopping to go back to "
+        "(written before checkpoints kept them); starting from epoch 1"
+    ) in capsys.readouterr().out
+    same_as_the_reference(seed, weights)

@@ -429,9 +429,6 @@ def test_early_stopping_never_reads_the_test_set(tmp_path, tabular_dir):
 
 
 def test_history_rows_carry_the_validation_metrics_only_with_a_split(tmp_path, tabular_dir):
-    from dmls.data import datasets
-    from dmls.training.models import build_model
-
     on = train_in_process(tabular_dir, tmp_path / "on", epochs=2)
     off = train_in_process(tabular_dir, tmp_path / "off", epochs=2, validation_samples=0)
     (seed_on,), (seed_off,) = on["seeds"], off["seeds"]
@@ -440,16 +437,74 @@ def test_history_rows_carry_the_validation_metrics_only_with_a_split(tmp_path, t
     assert (on["data"]["n_validation"], on["data"]["n_train"]) == (64, 192)
     assert (off["data"]["n_validation"], off["data"]["n_train"]) == (0, 256)
     # The last epoch's numbers are the saved model's on the last 64 training rows.
-    ds = datasets.load(tabular_dir, "tabular")
+    loss, accuracy = saved_model_on_validation(tmp_path / "on", tabular_dir)
+    last = seed_on["history"][-1]
+    assert last["val_loss"] == pytest.approx(loss, rel=1e-6)
+    assert last["val_accuracy"] == accuracy
+
+
+def saved_model_on_validation(run_dir, data_dir) -> tuple[float, float]:
+    """The loss and accuracy of the model `run_dir` saved (B_MODEL) on the validation split of
+    `train_in_process` (the last 64 training rows)."""
+    from dmls.data import datasets
+    from dmls.training.models import build_model
+
+    ds = datasets.load(data_dir, "tabular")
     model = build_model(
         make_spec(model=B_MODEL).model, ds.manifest["input_shape"], ds.manifest["num_classes"]
     )
-    model.load_state_dict(torch.load(tmp_path / "on" / "model.pt", weights_only=True)["model"])
+    model.load_state_dict(torch.load(run_dir / "model.pt", weights_only=True)["model"])
     model.eval()
     x, y = torch.from_numpy(ds.x_train[-64:]), torch.from_numpy(ds.y_train[-64:]).long()
     with torch.no_grad():
         logits = model(x)
-    last = seed_on["history"][-1]
     loss = torch.nn.functional.cross_entropy(logits, y).item()
-    assert last["val_loss"] == pytest.approx(loss, rel=1e-6)
-    assert last["val_accuracy"] == (logits.argmax(1) == y).sum().item() / 64
+    return loss, (logits.argmax(1) == y).sum().item() / 64
+
+
+FINAL = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+
+
+def test_early_stopping_goes_back_to_the_weights_of_the_lowest_validation_loss(
+    tmp_path, tabular_dir
+):
+    """Before: early stopping kept the last epoch's weights, `patience` epochs past the lowest
+    validation loss, and the seed's final numbers were that last epoch's."""
+    (seed,) = train_in_process(tabular_dir, tmp_path / "stopped", early_stopping_patience=2)[
+        "seeds"
+    ]
+    history, final = seed["history"], seed["final"]
+    val = [h["val_loss"] for h in history]
+    best = val.index(min(val)) + 1
+    assert final["stopped_early_epoch"] == len(history) == best + 2 < 8  # patience 2
+    assert final["restored_best_epoch"] == best
+    # Its test numbers measured again on the restored weights: that epoch's, exactly
+    # (evaluation is deterministic); its training numbers are the ones that epoch trained with.
+    for key in FINAL:
+        assert final[key] == history[best - 1][key], key
+    assert final["test_loss"] != history[-1]["test_loss"]
+    assert final["best_test_accuracy"] == max(h["test_accuracy"] for h in history)
+    # The weights saved are that epoch's: their validation loss is its.
+    loss, accuracy = saved_model_on_validation(tmp_path / "stopped", tabular_dir)
+    assert loss == pytest.approx(history[best - 1]["val_loss"], rel=1e-6)
+    assert accuracy == history[best - 1]["val_accuracy"]
+
+    # Without early stopping the same run trains every epoch, the same epochs up to the stop,
+    # and keeps its last weights and numbers, as before.
+    (whole,) = train_in_process(tabular_dir, tmp_path / "whole")["seeds"]
+    assert len(whole["history"]) == 8
+    assert (whole["final"]["stopped_early_epoch"], whole["final"]["restored_best_epoch"]) == (
+        None, None
+    )  # fmt: skip
+    for got, want in zip(history, whole["history"], strict=False):
+        for key in (*FINAL, "val_loss", "val_accuracy", "lr"):
+            assert got[key] == want[key], (got["epoch"], key)
+    for key in FINAL:
+        assert whole["final"][key] == whole["history"][-1][key], key
+    loss, _ = saved_model_on_validation(tmp_path / "whole", tabular_dir)
+    assert loss == pytest.approx(whole["history"][-1]["val_loss"], rel=1e-6)
+    # Patience that never runs out: the last weights, too.
+    (patient,) = train_in_process(tabular_dir, tmp_path / "patient", epochs=4,
+                                  early_stopping_patience=3)["seeds"]  # fmt: skip
+    assert patient["final"]["restored_best_epoch"] is None
+    assert [patient["final"][key] for key in FINAL] == [whole["history"][3][key] for key in FINAL]

@@ -180,3 +180,61 @@ def test_a_drill_that_cannot_fire_is_an_error_not_a_quiet_pass(tmp_path, tabular
     with pytest.raises(ValueError, match=r"names run 'b/x', which is not a run of the config "
                        r"\(did you mean 'b/xx'\?\)"):  # fmt: skip
         fault.check_run_exists(["b/xx", "c/y"])
+
+
+def test_a_rank_failing_while_early_stopping_waits_resumes_to_the_same_best_weights(
+    tmp_path, tabular_dir, monkeypatch
+):
+    """Two ranks, batch norm: early stopping sends rank 0's copy of the best weights to both
+    ranks (the numbers measured again over both ranks' shards are that epoch's), the copy
+    survives a rank's failure in the patience window, and the rerun ends as the uninterrupted
+    run."""
+    import torch
+
+    from dmls.training import checkpoint
+
+    stopping = dict(
+        model={"name": "mlp", "hidden": 16, "batch_norm": True}, epochs=10,
+        validation_samples=64, early_stopping_patience=2,
+        optimizer={"name": "sgd", "lr": 0.3, "momentum": 0.9},
+    )  # fmt: skip
+    spec = make_spec(run="drill", **(DDP | stopping))
+
+    def supervised(run_dir, checkpoint_path):
+        run_dir.mkdir(exist_ok=True)
+        with open(run_dir / "train.log", "w") as log:
+            metrics = supervise.run(
+                spec, run_dir=run_dir, data_dir=tabular_dir, checkpoint_path=checkpoint_path,
+                log=log, threads=2,
+            )  # fmt: skip
+        return metrics, torch.load(run_dir / "model.pt", weights_only=True)["model"]
+
+    reference, reference_weights = supervised(tmp_path / "reference", tmp_path / "reference.pt")
+    assert reference["status"] == "ok"
+    (want,) = reference["seeds"]
+    best, stop = want["final"]["restored_best_epoch"], want["final"]["stopped_early_epoch"]
+    assert best is not None and stop == best + 2 < 10
+    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+        assert want["final"][key] == want["history"][best - 1][key], key
+    assert reference["final"]["test_accuracy"] == want["history"][best - 1]["test_accuracy"]
+
+    # Rank 1 fails in the epoch it would stop at: the checkpoint holds the epoch before.
+    metrics, _, checkpoint_path = drill(
+        tmp_path, tabular_dir, monkeypatch, f"rank=1,epoch={stop},kind=raise", **stopping
+    )
+    assert metrics["status"] == "failed"
+    state, _ = checkpoint.load(checkpoint_path, checkpoint.read_identity(checkpoint_path))
+    assert state["epoch"] == stop - 1 and state["progress"]["best_epoch"] == best
+    monkeypatch.delenv("DMLS_FAULT")
+    resumed, weights = supervised(tmp_path, checkpoint_path)
+    assert resumed["status"] == "ok" and resumed["seeds"][0]["resumed_from_epoch"] == stop - 1
+    assert resumed["seeds"][0]["final"] == want["final"]
+    for got, row in zip(resumed["history"], reference["history"], strict=True):
+        for key in ("train_loss", "val_loss", "test_loss", "test_accuracy", "lr"):
+            assert got[key] == row[key], (got["epoch"], key)
+    assert weights.keys() == reference_weights.keys()
+    for key, tensor in weights.items():
+        assert torch.equal(tensor, reference_weights[key]), key
+    # Measured again on both ranks, the restored weights gave that epoch's numbers exactly.
+    said = f"early stopping: restored the weights of epoch {best}, the lowest validation loss\n"
+    assert said in (tmp_path / "train.log").read_text()

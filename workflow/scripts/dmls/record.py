@@ -174,9 +174,15 @@ def new_seed(
     """One seed's record from `Trainer.fit`'s outcome (its status, reason, history, the epochs
     it stopped early or diverged at, resumed from, spent checkpointing) and what the rank
     measured: `peaks` every GPU's (allocated, reserved) peak during the seed, `step_memory`
-    every GPU's (bytes held as the first step began, the steady steps' peak above them)."""
+    every GPU's (bytes held as the first step began, the steady steps' peak above them).
+    The final numbers are the last epoch's, unless early stopping went back to the weights of
+    the epoch with the lowest validation loss (the outcome's `restored_best`): then that
+    epoch's training numbers and its weights' test numbers, measured again."""
     history = outcome["history"]
     last = history[-1] if history else {}
+    if restored := outcome.get("restored_best"):
+        # That epoch's row, its test numbers measured again on the restored weights.
+        last = history[restored["epoch"] - 1] | restored
     epochs = epoch_times(history)
     return {
         "seed": seed,
@@ -188,6 +194,7 @@ def new_seed(
             "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
             "epochs_completed": len(history),
             "stopped_early_epoch": outcome["stopped_early_epoch"],
+            "restored_best_epoch": restored["epoch"] if restored else None,
             "diverged_epoch": outcome["diverged_epoch"],
         },
         "resumed_from_epoch": outcome["resumed_from_epoch"],

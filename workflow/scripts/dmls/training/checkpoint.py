@@ -6,7 +6,10 @@ Snakemake never deletes it along with an incomplete `metrics.json`, and it survi
 epoch; every rank reads it back. It holds all the next epoch depends on: weights, optimizer,
 GradScaler and scheduler states, each rank's RNG states (Python, NumPy, torch CPU and CUDA),
 the epoch count (the DistributedSampler's shuffle is a function of seed and epoch), the
-history and the early-stopping state. The supervisor deletes it once the run has ended.
+history and the early-stopping state; under early stopping also the weights of the epoch with
+the lowest validation loss, which the run goes back to when it stops (`best_model`: a resumed
+run ends where an uninterrupted one does, a checkpoint without them starts the run afresh).
+The supervisor deletes it once the run has ended.
 
 A checkpoint resumes only the run whose numbers it would continue (`identity`): the same spec
 (the SHA-256 of its JSON), the same prepared data (the SHA-256 of the .npz, from its manifest:

@@ -43,6 +43,7 @@ class Progress:
 
     history: list[dict[str, Any]] = field(default_factory=list)
     best_val_loss: float = math.inf
+    best_epoch: int | None = None  # the epoch of `best_val_loss` (None before any)
     epochs_since_best: int = 0
     stopped_early_epoch: int | None = None
 
@@ -73,6 +74,10 @@ class Trainer:
         self.spec, self.strategy, self.process = spec, strategy, process
         self.meter = meter
         self.checkpoints = checkpoint.Writer()  # the epochs' checkpoints, written meanwhile
+        # Early stopping goes back to the weights of the lowest validation loss: rank 0 keeps
+        # a copy of them (the whole model's, on the CPU), and its checkpoints keep it too.
+        self.keeps_best = bool(spec.early_stopping_patience)
+        self.best_model: dict[str, torch.Tensor] | None = None
         device = process.device
         # Every generator from the seed first: a seed trained after others in the same process
         # draws exactly what it would draw in a job of its own (its data order, augmentation,
@@ -265,11 +270,18 @@ class Trainer:
     def fit(self, checkpoint_path: Path) -> dict[str, Any]:
         """Train the remaining epochs (all of them, unless a checkpoint of this spec exists),
         checkpointing after each (`checkpoint.Writer`: the last one is on disk when this
-        returns, or raises)."""
+        returns, or raises).
+
+        When early stopping fires, the model goes back to the weights of the epoch with the
+        lowest validation loss (Keras's `restore_best_weights`), on every rank, and the
+        outcome's `restored_best` holds that epoch and its numbers measured again
+        (`_restore_best`). A run that reaches its last epoch, or diverges, keeps its last
+        weights, and `restored_best` is None."""
         progress = self._resume(checkpoint_path)
         resumed_from_epoch = progress.epoch
         try:
             outcome = self._epochs(progress, checkpoint_path)
+            restored = self._restore_best(progress) if progress.stopped_early_epoch else None
         except BaseException:
             # The last finished epoch's checkpoint still lands: a rerun resumes from it.
             with contextlib.suppress(Exception):
@@ -281,6 +293,7 @@ class Trainer:
         return outcome | {
             "history": progress.history,
             "stopped_early_epoch": progress.stopped_early_epoch,
+            "restored_best": restored,
             "resumed_from_epoch": resumed_from_epoch,
         }
 
@@ -332,6 +345,7 @@ class Trainer:
             if val is not None:
                 if val[0] < progress.best_val_loss:
                     progress.best_val_loss, progress.epochs_since_best = val[0], 0
+                    progress.best_epoch = epoch + 1
                 else:
                     progress.epochs_since_best += 1
             patience = spec.early_stopping_patience
@@ -359,6 +373,34 @@ class Trainer:
         train_j, eval_j = self.process.all_reduce_sum(joules).tolist()
         return {"train_energy_j": train_j, "eval_energy_j": eval_j}
 
+    # -- the best weights, which early stopping goes back to
+    def _restore_best(self, progress: Progress) -> dict[str, Any]:
+        """Load the weights of the epoch with the lowest validation loss (`best_model`, rank
+        0's copy, sent to every rank so that the ranks stay identical) back into the model,
+        and measure them again on the validation and test sets: that epoch and its numbers.
+        Evaluation is deterministic, so they are that epoch's history row; a difference is
+        said in the log."""
+        if progress.best_epoch is None or (self.process.is_main and not self.best_model):
+            raise RuntimeError(
+                f"early stopping at epoch {progress.stopped_early_epoch} found no best weights"
+            )
+        best = self.process.gather(self.best_model if self.process.is_main else None)[0]
+        self.strategy.load_model_state(self.model, best)
+        val_loss, val_acc = self.evaluate("validation")
+        test_loss, test_acc = self.evaluate()
+        measured = {
+            "val_loss": val_loss, "val_accuracy": val_acc,
+            "test_loss": test_loss, "test_accuracy": test_acc,
+        }  # fmt: skip
+        epoch = progress.best_epoch
+        row = progress.history[epoch - 1]
+        note = f"early stopping: restored the weights of epoch {epoch}, the lowest validation loss"
+        if differ := ", ".join(f"{k} {v} ({row[k]})" for k, v in measured.items() if v != row[k]):
+            note += f"; measured again, they differ from that epoch's (in brackets): {differ}"
+        if self.process.is_main:
+            print(note, flush=True)
+        return {"epoch": epoch} | measured
+
     # -- checkpoints (training/checkpoint.py says what they hold and why)
     def _save_checkpoint(self, path: Path, progress: Progress) -> None:
         rng = self.process.gather(checkpoint.rng_state(self.process.device))
@@ -366,6 +408,9 @@ class Trainer:
         model, optimizer = self.model_state(), self.strategy.optimizer_state(self.optimizer)
         if not self.process.is_main:
             return
+        if self.keeps_best and progress.best_epoch == progress.epoch:
+            # A copy: on a CPU device the state's tensors are the model's own.
+            self.best_model = {name: t.detach().clone() for name, t in model.items()}
         scaler = self.strategy.loss_scaler
         state = {
             "epoch": progress.epoch,
@@ -376,17 +421,26 @@ class Trainer:
             "scaler": scaler.state_dict() if scaler is not None else None,
             "precisions": sorted(self.probe.seen),
             "rng": rng,
-        }
+        } | ({"best_model": self.best_model} if self.keeps_best else {})
         self.checkpoints.submit(path, self._checkpoint_identity(), state)
 
     def _resume(self, path: Path) -> Progress:
         state, note = checkpoint.load(
             path, self._checkpoint_identity(), set_aside=self.process.is_main
         )
+        if state is not None and self.keeps_best and "best_model" not in state:
+            # Written before checkpoints kept them: the run could not go back to its best.
+            state = None
+            note = (
+                f"ignoring checkpoint {path}: it holds no best weights for early stopping to go "
+                "back to (written before checkpoints kept them); starting from epoch 1"
+            )
         if self.process.is_main:
             print(note, flush=True)
         if state is None:
             return Progress()
+        if self.process.is_main:  # (every rank reads the file; rank 0 keeps the best weights)
+            self.best_model = state.get("best_model")
         self.strategy.load_model_state(self.model, state["model"])
         self.strategy.load_optimizer_state(self.optimizer, state["optimizer"])
         if self.scheduler is not None:
