@@ -36,3 +36,30 @@ def test_cluster_mlp_is_the_course_model():
     kinds = [type(m).__name__ for m in net.net]
     assert kinds == ["Linear", "BatchNorm1d", "GELU", "Linear"]
     assert n_params(net) == 512 * 32 + 32 + 2 * 32 + 32 * 20 + 20
+
+
+def test_the_model_is_described_layer_by_layer_as_it_runs_without_drawing_a_random_number():
+    """What the course asks a student to give (A1): layers, output shapes, parameters; on
+    Fashion-MNIST the default CNN has 390,634 parameters and flattens 128 × 3 × 3 = 1152
+    features into its first Linear layer (not CIFAR's 2048)."""
+    import torch
+
+    from dmls.config.spec import ModelSpec
+    from dmls.training import models
+
+    spec = ModelSpec(name="cnn", conv_channels=(32, 64, 128), fc_hidden=256, hidden=0,
+                     layers=1, dropout=0.0, batch_norm=True, activation="relu")  # fmt: skip
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    layers = models.describe(spec, [1, 28, 28], 10)
+    assert torch.equal(torch.rand(3), expected)  # the seeds' weights are not disturbed
+    built = models.build_model(spec, [1, 28, 28], 10)
+    assert sum(layer["parameters"] for layer in layers) == sum(
+        p.numel() for p in built.parameters()
+    ) == 390634  # fmt: skip
+    linear = [layer for layer in layers if layer["kind"] == "Linear"]
+    assert [layer["output_shape"] for layer in linear] == [[256], [10]]
+    assert linear[0]["parameters"] == 1152 * 256 + 256
+    assert layers[0] == {"layer": "features.0", "kind": "Conv2d", "output_shape": [32, 28, 28],
+                         "parameters": 288}  # fmt: skip

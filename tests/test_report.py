@@ -1082,3 +1082,22 @@ def test_provenance_names_the_data_the_course_used_where_ours_stands_in_and_emul
     p = Study.from_metrics("cluster_torchrun", {}, [grid]).provenance()
     assert p["nodes"].startswith("nodes emulated on one host") and p["data"] == "CIFAR-10"
     assert a1_study().provenance()["nodes"] == ""
+
+
+def test_a_section_describes_the_model_as_it_ran():
+    """Before: A1 never described the CNN; A3's background quoted the CIFAR model's shape."""
+    study = a1_study()
+    assert study.model_table() is None  # (records from before the layers were recorded)
+    layers = [
+        {"layer": "features.0", "kind": "Conv2d", "output_shape": [8, 28, 28], "parameters": 72},
+        {"layer": "classifier.1", "kind": "Linear", "output_shape": [10], "parameters": 62730},
+    ]
+    study.metrics["single_gpu"]["layers"] = layers
+    table = study.model_table()
+    assert table["run"] == "single_gpu" and table["rows"][0] == [
+        "features.0",
+        "Conv2d",
+        "8 × 28 × 28",
+        "72",
+    ]
+    assert table["total"] == "62,802 parameters, 0.24 MiB of fp32 gradient"

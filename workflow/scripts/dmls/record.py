@@ -170,6 +170,7 @@ def new_seed(
     parameters: int | None,
     step: dict[str, Any],
     data: dict[str, Any],
+    layers: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One seed's record from `Trainer.fit`'s outcome (its status, reason, history, the epochs
     it stopped early or diverged at, resumed from, spent checkpointing) and what the rank
@@ -228,6 +229,7 @@ def new_seed(
         # The model's parameters (whole, however the strategy shards them): what DDP
         # all-reduces per step is 4 bytes each (A5's prediction from the collectives sweep).
         "parameters": parameters,
+        "layers": layers,  # the model layer by layer as it ran (models.describe)
         "step": step,
         # The prepared data's identity (its arrays' SHA-256) and sizes: runs compare only on
         # the same.
@@ -459,6 +461,7 @@ def combine(job: dict[str, Any]) -> dict[str, Any]:
             ),
             "fp8_linear_layers": first["fp8_linear_layers"],
             "parameters": first.get("parameters"),  # (None in a seed kept from an older version)
+            "layers": first.get("layers"),
             "step": first["step"],
             "data": first["data"],
             "summary": means,

@@ -47,6 +47,7 @@ def build(
         "key_results": study.key_table(),
         "key_memory": [column for column, _ in study.key_columns],
         "provenance": study.provenance(),
+        "model": study.model_table(),
         "observations": observations.all_observations(study, other, collectives),
         "generalization": observations.generalization(study),
         "figures": [{"name": name, "file": _relative(path, out_dir)} for name, path in drawn],

@@ -239,6 +239,29 @@ class Study:
             "isolation": "; ".join(SHARED.get(i, i) for i in sorted(self.isolation)),
         }
 
+    def model_table(self) -> dict[str, Any] | None:
+        """The model as it ran, layer by layer (the record's `layers`: training/models.py
+        describe), from the baseline run, else the first that finished: what the course asks a
+        student to describe, with the parameters and the fp32 gradient DDP all-reduces. None
+        where no finished run recorded it (records before it did)."""
+        order = [self.baseline, *self.ok.index]
+        run = next((r for r in order if r in self.ok.index and self.metrics[r].get("layers")), None)
+        if run is None:
+            return None
+        layers = self.metrics[run]["layers"]
+        total = sum(layer["parameters"] for layer in layers)
+        rows = [
+            [layer["layer"], layer["kind"], " × ".join(map(str, layer["output_shape"])),
+             f"{layer['parameters']:,}" if layer["parameters"] else ""]
+            for layer in layers
+        ]  # fmt: skip
+        return {
+            "run": run,
+            "columns": ["layer", "kind", "output (one sample)", "parameters"],
+            "rows": rows,
+            "total": f"{total:,} parameters, {4 * total / cells.MIB:.2f} MiB of fp32 gradient",
+        }
+
     @property
     def key_columns(self) -> list[tuple[str, str]]:
         """The columns a study's question asks about, shown without scrolling: accuracy,

@@ -112,6 +112,7 @@ def _train_seed(
             effective_precisions=effective, fp8_linear_layers=trainer.fp8_linear_layers,
             step=trainer.step_record(), peaks=all_peaks, step_memory=step_memory,
             parameters=sum(p.numel() for p in trainer.model.parameters()),
+            layers=trainer.layers(),
             energy_period_s=getattr(meter, "update_period_s", None),
         )  # fmt: skip
         state = {"epoch": len(outcome["history"]), "model": weights}

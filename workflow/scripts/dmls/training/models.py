@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 from dmls.config.spec import ModelSpec
@@ -181,3 +182,32 @@ def build_model(spec: ModelSpec, input_shape: Sequence[int], num_classes: int) -
     if spec.name == "wide_mlp":
         return WideMLP(input_shape, num_classes, spec.hidden, spec.layers, spec.activation)
     raise ValueError(f"unknown model {spec.name!r}")
+
+
+def describe(spec: ModelSpec, input_shape: Sequence[int], num_classes: int) -> list[dict]:
+    """The network a spec names, layer by layer as it runs: each leaf module's name, kind, the
+    shape it outputs for one sample and its own parameters. Built on the meta device and fed a
+    meta tensor, so it allocates nothing and draws no random number (the seeds' weights stay
+    what they were)."""
+    with torch.device("meta"):
+        model = build_model(spec, input_shape, num_classes)
+    layers: list[dict] = []
+
+    def hook(name: str):
+        def record(module: nn.Module, _inputs, output) -> None:
+            layers.append({
+                "layer": name,
+                "kind": type(module).__name__,
+                "output_shape": [int(d) for d in output.shape[1:]],
+                "parameters": sum(p.numel() for p in module.parameters(recurse=False)),
+            })  # fmt: skip
+
+        return record
+
+    for name, module in model.named_modules():
+        if name and not list(module.children()):
+            module.register_forward_hook(hook(name))
+    model.eval()
+    with torch.no_grad():
+        model(torch.empty(1, *input_shape, device="meta"))
+    return layers

@@ -147,6 +147,7 @@ def seed_result(
     step_memory: list[dict[int, tuple[int, int]]] | None = None,
     parameters: int | None = None,
     energy_period_s: float | None = None,
+    layers: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One seed's record (record.new_seed) from `Trainer.fit`'s outcome; `peaks` holds every
     rank's GPU peaks during the seed (`StepMemory.seed_peaks`), `step_memory` every rank's
@@ -164,6 +165,7 @@ def seed_result(
         effective_precisions=effective_precisions,
         fp8_linear_layers=fp8_linear_layers,
         parameters=parameters,
+        layers=layers,
         step=step,
         data={k: manifest.get(k) for k in ("name", "synthetic", "source", "input_shape", "sha256")}
         | {

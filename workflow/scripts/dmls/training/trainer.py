@@ -29,7 +29,7 @@ from dmls.config.spec import RunSpec, SpecError
 from dmls.data.loaders import make_loaders
 from dmls.training import checkpoint, energy
 from dmls.training.faults import Drill
-from dmls.training.models import build_model
+from dmls.training.models import build_model, describe
 from dmls.training.optimizers import make_scheduler
 from dmls.training.parallel import Process, SingleDevice
 from dmls.training.precision import Autocast, PrecisionProbe, convert_to_float8
@@ -454,6 +454,12 @@ class Trainer:
 
     def _checkpoint_identity(self) -> dict[str, str]:
         return checkpoint.identity(self.spec, self.data.manifest)
+
+    def layers(self) -> list[dict[str, Any]]:
+        """The model layer by layer as it ran (models.describe: kinds, output shapes, own
+        parameters), for the record."""
+        manifest = self.data.manifest
+        return describe(self.spec.model, manifest["input_shape"], manifest["num_classes"])
 
     def model_state(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on rank 0 (every rank calls it; the others get {})."""
