@@ -358,10 +358,10 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
         # Like beside like: the course gives a run's whole peak, so ours is the peak too (the
         # GPU's allocated bytes at their highest, everything held at once), never the part a
         # step adds.
-        column = "peak_gpu_mem_allocated_bytes"
-        if not (column in row and row[column] == row[column]):
-            column = "peak_host_rss_bytes"
-        if column in row and row[column] == row[column]:
+        measured = [c for c in ("peak_gpu_mem_allocated_bytes", "peak_host_rss_bytes")
+                    if c in row and pd.notna(row[c])]  # fmt: skip
+        if measured:  # (on a CPU the GPU's column is None)
+            column = measured[0]
             ours.insert(1, f"{row[column] / MIB:,.1f} MiB ({METRICS[column].label})")
         data = metrics.get("data") or {}
         host = metrics["host"]
