@@ -388,7 +388,7 @@ def test_a2_counts_only_the_runs_whose_minimum_could_show_a_rise_and_names_the_s
     case, facts = answers.overfitting(study(late, early))
     assert case == "some_at_last" and (facts["n_told"], facts["n_at_last"]) == (1, 1)
     assert facts["schedule"] == (
-        "; their learning rate ended at 0% of its peak, so the schedule alone makes the last "
+        "; their learning rate ended at 0.1% of its peak, so the schedule alone makes the last "
         "epochs' loss fall"
     )
     case, facts = answers.overfitting(study(late))

@@ -152,3 +152,12 @@ def test_no_module_judges_an_interval_by_hand():
                 offenders.append(f"{path.relative_to(scripts)}:{node.lineno}")
     assert [o.split(":")[0] for o in offenders] == ["special/fused_conv.py", "special/profiler.py"]
     assert not Path(scripts / "report" / "comparisons.py").read_text().count("TOO_WIDE")
+
+
+def test_an_interval_of_zero_width_is_said_in_words_not_printed_as_a_range():
+    """Before: "1.28× (95% interval 1.28–1.28×), heavier" in a section's observations (warm
+    seeds that agree to the byte)."""
+    same = stats.ratio([1.28, 1.28], [1.0, 1.0])
+    assert wording.ratio_text(same, "heavier", "lighter") == (
+        "1.28× (no spread in the seeds compared), heavier"
+    )

@@ -91,8 +91,8 @@ def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
         "epochs": "/".join(map(str, epochs)),
         "tolerance": f"{100 * RISE_TOLERANCE:.0f}%",
         "schedule": (
-            f"; their learning rate ended at {lr_end:.0%} of its peak, so the schedule alone "
-            "makes the last epochs' loss fall"
+            f"; their learning rate ended at {100 * lr_end:.2g}% of its peak, so the schedule "
+            "alone makes the last epochs' loss fall"
             if lr_end is not None and lr_end < 0.1
             else ""
         ),

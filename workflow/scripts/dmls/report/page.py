@@ -268,8 +268,9 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
         answer = section.get("answers", {}).get(key, [])
         p = section.get("provenance")
         if p and course_data:  # ("data" names the data set; "dataset" its key)
-            dataset = p.get("dataset", p["data"])
-            section["provenance"] = p | {"data": p["data"] + stand_in(dataset, course_data)}
+            said = stand_in(p.get("dataset", p["data"]), course_data)
+            if said not in p["data"]:  # (A1 and A2 share their section)
+                section["provenance"] = p | {"data": p["data"] + said}
     return {
         "entry": text | entry,
         "section": section,

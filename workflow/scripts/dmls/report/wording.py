@@ -17,9 +17,12 @@ def with_interval(
     text: str, comparison: stats.Comparison, interval: str | None, verdict: str
 ) -> str:
     """A compared value with its 95% interval and its verdict (stats.verdict): '1.62× (95%
-    interval 1.55–1.70×), faster'; without an interval, the value and the verdict alone."""
+    interval 1.55–1.70×), faster'; without an interval, the value and the verdict alone; with
+    one of zero width (each side the same in every seed), that in words, not as a range."""
     if not comparison.has_interval:
         return f"{text}, {verdict}"
+    if comparison.low == comparison.high:
+        return f"{text} (no spread in the seeds compared), {verdict}"
     return f"{text} (95% interval {interval}), {verdict}"
 
 
