@@ -343,7 +343,7 @@ def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_pa
     # Before: the CIFAR model's gradient, whatever the A runs trained; now named with its model.
     named = summary | {"gradient_model": {"parameters": 390634, "dataset": "fashion_mnist"}}
     gradient = facts_speed.collectives(named, tmp_path)[1]["gradient"]
-    assert gradient.endswith("(390,634 parameters, built for Fashion-MNIST)"), gradient
+    assert gradient.endswith(": 390,634 parameters, built for Fashion-MNIST"), gradient
     case, facts = facts_speed.collectives(summary, tmp_path)
     assert case == "compared"
     assert facts["processes"] == "2"
@@ -375,7 +375,7 @@ def test_a5_without_gpus_gloo_against_nccl_is_not_measured_with_the_reason(tmp_p
         "NCCL on CUDA tensors not measured here, as it was skipped: needs 2 CUDA GPUs"
     )
     assert answer("collectives", summary, tmp_path)[1] == (
-        "Gloo against NCCL at the CNN's 2.37 MiB gradient: not measured here (as above)."
+        "Gloo against NCCL at the CNN's gradient (2.37 MiB): not measured here (as above)."
     )  # the reason is in the sentence before
 
 
@@ -569,6 +569,9 @@ def test_c_without_cuda_says_why_the_kernel_is_not_measured(tmp_path):
     _, facts = facts_speed.fused_conv(summary, tmp_path / "c")
     assert facts["forward_shallow"].startswith("not measured here, as ")
     assert "needs a CUDA GPU" in facts["forward_shallow"]
+    # Without cuDNN's times, the course's other baselines against it say why once.
+    assert facts["others_shallow"].startswith("cuDNN off and the CPU not measured here, as it ")
+    assert facts["others_shallow"].count("not measured") == 1
 
 
 # --------------------------------------------------------------------------- D6

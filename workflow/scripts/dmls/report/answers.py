@@ -137,7 +137,11 @@ def _gap(study: Study, run: str) -> str:
              for k in record.counted_seeds(study.metrics[run], "test_accuracy")]  # fmt: skip
     gap = stats.mean_interval([100 * (f["train_accuracy"] - f["test_accuracy"]) for f in seeds])
     train = np.mean([100 * f["train_accuracy"] for f in seeds])
-    interval = f" ({signed(gap.low)} to {signed(gap.high)})" if gap.has_interval else " (one seed)"
+    interval = (
+        " (one seed)" if not gap.has_interval
+        else " (no spread in the seeds)" if gap.low == gap.high
+        else f" ({signed(gap.low)} to {signed(gap.high)})"
+    )  # fmt: skip
     return f"{run} {signed(gap.mean)}{interval}, train {train:.1f}%"
 
 

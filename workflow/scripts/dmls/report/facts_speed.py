@@ -120,7 +120,13 @@ def fused_conv(summary: dict[str, Any], folder: Path) -> Facts:
             return not_measured(str(e))
 
     def others(depth: int) -> str:
-        """The course's two other baselines against cuDNN: cuDNN off, and the CPU."""
+        """The course's two other baselines against cuDNN: cuDNN off, and the CPU (where cuDNN
+        itself did not run, why, once)."""
+        if not times(depth, "cudnn", "forward"):
+            cudnn = [r for r in rows if int(r["depth"]) == depth and r["mode"] == "cudnn"]
+            return "cuDNN off and the CPU " + not_measured(
+                skip_reason(cudnn) or "cuDNN did not run"
+            )
         said = [
             f"{label}: forward {part(depth, 'forward', mode)}, backward "
             f"{part(depth, 'backward', mode)}"
@@ -269,8 +275,8 @@ def collectives(summary: dict[str, Any], folder: Path) -> Facts:
             f"{fmt_num(large['busbw_gb_s'])} GB/s at {fmt_size(large['size_bytes'])}"
         )
     model = summary.get("gradient_model")
-    of = (f" ({model['parameters']:,} parameters, built for "
-          f"{DATA_NAMES.get(model['dataset'], model['dataset'])})" if model else "")  # fmt: skip
+    of = (f": {model['parameters']:,} parameters, built for "
+          f"{DATA_NAMES.get(model['dataset'], model['dataset'])}" if model else "")  # fmt: skip
     facts = {"processes": str(n), "setups": "; ".join(clauses), "gradient": fmt_size(gradient) + of}
     nccl = reduce.get(("nccl", "cuda", "host"))
     if nccl is None:
