@@ -1101,3 +1101,18 @@ def test_a_section_describes_the_model_as_it_ran():
         "72",
     ]
     assert table["total"] == "62,802 parameters, 0.24 MiB of fp32 gradient"
+
+
+def test_a_runs_numbers_are_built_once_and_name_the_seeds_they_count():
+    """The numbers layer (report/run_numbers.py): values over the seeds record.counted_seeds
+    counts, their estimate, how the text names them, and what the first seed measured more."""
+    metrics = fake_metrics("graph", epochs=3, spread=(1.2, 1.0, 1.0))
+    study = Study.from_metrics("parallelism", {}, [metrics])
+    numbers = study.numbers["graph"]
+    memory = "peak_gpu_mem_allocated_bytes"
+    assert numbers.counted(memory) == [1, 2] and numbers.seeds_said(memory) == "warm seeds 1 and 2"
+    assert numbers.estimate(memory).mean == pytest.approx(300 * MIB)
+    assert numbers.first_seed_excess(memory) == pytest.approx(60 * MIB)
+    assert numbers.seeds_said("test_accuracy") == "seeds 0–2"
+    assert numbers.first_seed_excess("test_accuracy") == 0.0  # every seed counts
+    assert study.seed_values("graph", memory) == numbers.values(memory)

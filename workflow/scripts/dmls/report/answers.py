@@ -133,8 +133,7 @@ def regularization_setting(study: Study) -> tuple[str, dict[str, Any]]:
 def _gap(study: Study, run: str) -> str:
     """A run's train − test accuracy gap at its end, in points: the mean over its seeds with
     the 95% interval, and the training accuracy it comes from."""
-    seeds = [study.metrics[run]["seeds"][k]["final"]
-             for k in record.counted_seeds(study.metrics[run], "test_accuracy")]  # fmt: skip
+    seeds = study.numbers[run].finals("test_accuracy")
     gap = stats.mean_interval([100 * (f["train_accuracy"] - f["test_accuracy"]) for f in seeds])
     train = np.mean([100 * f["train_accuracy"] for f in seeds])
     interval = (

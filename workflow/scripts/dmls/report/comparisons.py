@@ -87,56 +87,25 @@ def values(study: Study, run: str, metric: str) -> list[float]:
 
 
 def seeds_said(study: Study, run: str, metric: str) -> str:
-    """Which of `run`'s seeds `metric` is counted over, as the text names them: "seeds 0–2",
-    "warm seeds 1–2" (record.counted_seeds); "one value per job" for what seeds don't record."""
-    if metric not in record.SEED_METRICS:
-        return "one value per job"
-    metrics = study.metrics[run]
-    counted = record.counted_seeds(metrics, metric)
-    names = [metrics["seeds"][k]["seed"] for k in counted]
-    warm = metric in record.WARM_METRICS and set(counted) <= set(record.warm_seeds(metrics))
-    return f"{'warm ' if warm else ''}seed{'s' if len(names) > 1 else ''} {span(names)}"
+    """Which of `run`'s seeds `metric` is counted over, as the text names them (RunNumbers)."""
+    return study.numbers[run].seeds_said(metric)
 
 
 def first_seeds(runs: Sequence[tuple[Study, str]], metric: str, spec: Metric) -> str:
     """Where a process's first seed measured more than its warm ones (left out by
-    record.counted_seeds), by how much and why: "; each job's first seed held 39.6 vs 28.0 MiB
-    more (cuDNN's autotuning: graph and compiled steps)"; empty where none did."""
-    excess, steps = [], set()
-    for study, run in runs:
-        metrics = study.metrics[run]
-        warm = set(record.warm_seeds(metrics))
-        if not warm or not set(record.counted_seeds(metrics, metric)) <= warm:
-            excess.append(0.0)  # (no warm seed counted: nothing was left out)
-            continue
-        cold = [
-            value
-            for k, seed in enumerate(metrics["seeds"])
-            if k not in warm and seed["status"] == "ok"
-            and (value := record.seed_value(seed, metric)) is not None
-        ]  # fmt: skip
-        values = record.counted_values(metrics, metric)
-        excess.append(float(np.mean(cold)) - float(np.mean(values)) if cold and values else 0.0)
-        steps.add("eager" if (metrics.get("step") or {}).get("mode") == "eager" else "graph")
+    record.counted_seeds), by how much and why: "; each job's first seed measured 39.6 vs 28.0
+    MiB more (cuDNN's autotuning ...)"; empty where none did."""
+    numbers = [study.numbers[run] for study, run in runs]
+    excess = [n.first_seed_excess(metric) for n in numbers]
     if max(excess) * spec.scale < 0.05:
         return ""
     why = (
-        "cuDNN's autotuning workspaces, paid once per process: bench/seed_memory.py"
-        if steps == {"graph"}
-        else "not measured further for eager steps"
+        "not measured further for eager steps"
+        if any(n.eager for n, e in zip(numbers, excess, strict=True) if e)
+        else "cuDNN's autotuning workspaces, paid once per process: bench/seed_memory.py"
     )
     amounts = " vs ".join(_number(e, spec) for e in excess)
     return f"; each job's first seed measured {amounts} {spec.unit} more ({why})"
-
-
-def span(numbers: Sequence[int]) -> str:
-    """Seed numbers as the text names them: "0–2" when consecutive, else "1 and 2", "0, 2
-    and 5"."""
-    numbers = sorted(numbers)
-    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
-        return f"{numbers[0]}–{numbers[-1]}"
-    head = ", ".join(map(str, numbers[:-1]))
-    return f"{head} and {numbers[-1]}" if head else str(numbers[-1])
 
 
 def resolve(study: Study, metric: str) -> str:

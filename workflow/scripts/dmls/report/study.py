@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -12,6 +12,7 @@ from dmls import record, stats
 from dmls.config.studies import baseline_run, varying_settings
 from dmls.report import cells, targets
 from dmls.report.aggregate import summarize
+from dmls.report.run_numbers import RunNumbers
 
 # Only finished runs have numbers in the report; the others show their status and reason.
 OK = "ok"
@@ -86,6 +87,8 @@ class Study:
     metrics: dict[str, dict[str, Any]]  # the raw metrics.json of every run
     # The study's target test accuracy (config `target_accuracy`): time to reach it per run.
     target_accuracy: float | None = None
+    # Every run's numbers, built once from its record (the numbers layer).
+    numbers: dict[str, RunNumbers] = field(default_factory=dict)
 
     @classmethod
     def from_metrics(cls, key: str, settings: dict[str, Any], metrics: Sequence[dict]) -> Study:
@@ -110,8 +113,9 @@ class Study:
             reached = pd.DataFrame([_to_target(m, target) for m in metrics], index=runs.index)
             runs = runs.join(reached)
         histories = {m["run"]: pd.DataFrame(m["history"]) for m in metrics if m["status"] == OK}
+        numbers = {run: RunNumbers(m) for run, m in by_run.items()}
         return cls(
-            key, settings.get("title") or key, baseline, runs, histories, by_run, target
+            key, settings.get("title") or key, baseline, runs, histories, by_run, target, numbers
         )  # fmt: skip
 
     @property
@@ -309,11 +313,11 @@ class Study:
         and every comparison come from; a metric the seeds don't record (host RSS, the job's
         peak over its ranks) is the run's one value."""
         if metric == WARM_ENERGY:
-            return record.counted_values(self.metrics[run], "train_energy_j", record.TO_TARGET)
+            return self.numbers[run].values("train_energy_j", record.TO_TARGET)
         if metric not in record.SEED_METRICS:
             value = self.runs.at[run, metric]
             return [] if pd.isna(value) else [float(value)]
-        return record.counted_values(self.metrics[run], metric)
+        return self.numbers[run].values(metric)
 
     def seconds_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's time to the study's target accuracy (record.timed_seeds), None
