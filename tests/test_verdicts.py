@@ -161,3 +161,9 @@ def test_an_interval_of_zero_width_is_said_in_words_not_printed_as_a_range():
     assert wording.ratio_text(same, "heavier", "lighter") == (
         "1.28× (no spread in the seeds compared), heavier"
     )
+
+
+def test_a_difference_that_rounds_to_zero_carries_no_sign():
+    """Before: "fp16 −0.0 points (−0.7 to +0.7)"."""
+    assert wording.signed(-0.004) == "0.0" and wording.signed(0.04) == "0.0"
+    assert wording.signed(-0.05) == "−0.1" and wording.signed(0.3) == "+0.3"

@@ -86,7 +86,9 @@ def points_text(
 
 
 def signed(value: float, digits: int = 1) -> str:
-    return minus(f"{value:+.{digits}f}")
+    """'+1.2', '−0.4'; a value that rounds to zero has no sign ('0.0', not '−0.0')."""
+    text = f"{value:+.{digits}f}"
+    return text[1:] if float(text) == 0 else minus(text)
 
 
 def minus(text: str) -> str:
