@@ -234,9 +234,13 @@ def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
             why = f"Not run: no results of {key} were found in this folder."
     else:
         key = entry.get("from") or entry["study"]
-        why = (f"Not run: this folder's config has no study {key}."
-               if key not in (config.get("studies") or {})
-               else f"Not run: no results of {key} were found in this folder.")  # fmt: skip
+        settings = (config.get("studies") or {}).get(key)
+        if settings is None:
+            why = f"Not run: this folder's config has no study {key}."
+        elif not settings.get("runs"):
+            why = f"Not run: this folder's config gives it no runs (studies.{key}.runs is empty)."
+        else:
+            why = f"Not run: no results of {key} were found in this folder."
     study = entry.get("special") or entry.get("study")
     title = entry.get("title") or ((config.get("studies") or {}).get(key) or {}).get("title")
     text = {"study": study, "title": title or study, "question": None,
