@@ -119,7 +119,8 @@ def filter_all_runs(
 
 def reading(html: Path, width: int = 1400, chromedriver: str = "/usr/bin/chromedriver") -> dict:
     """What a reader meets at `width` px: the visible words (innerText: what is not collapsed),
-    each Answers entry (section id, text), the key tables wider than their section, whether a
+    each Answers entry (section id, its whole text, the sentences after the first collapsed
+    included), the key tables wider than their section, whether a
     link to each section opens on it, and the page printed to A4 PDF (Chromium's print-to-PDF
     under the print stylesheet): its pages, its text, and each key table's column headers."""
     import base64
@@ -138,7 +139,7 @@ def reading(html: Path, width: int = 1400, chromedriver: str = "/usr/bin/chromed
                 words: document.body.innerText.split(/\\s+/).filter(Boolean).length,
                 answers: [...document.querySelectorAll('#answers dt')].map(dt => [
                     dt.querySelector('a').getAttribute('href').slice(1),
-                    norm(dt.nextElementSibling.innerText)]),
+                    norm(dt.nextElementSibling.textContent)]),
                 wide_key_tables: [...document.querySelectorAll('.table-wrap.key')]
                     .filter(w => w.scrollWidth > w.clientWidth + 1)
                     .map(w => w.closest('section').id),

@@ -123,7 +123,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
 DATA_NAMES = {
     "cifar10": "CIFAR-10",
     "fashion_mnist": "Fashion-MNIST",
-    "synthetic_cifar": "SYNTHETIC CIFAR-shaped images",
+    "synthetic_cifar": "CIFAR-shaped images",  # (SYNTHETIC is said beside it)
     "tabular": "the tabular set",
 }
 

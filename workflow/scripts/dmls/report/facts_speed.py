@@ -276,6 +276,7 @@ def collectives(summary: dict[str, Any], folder: Path) -> Facts:
         )
     model = summary.get("gradient_model")
     of = (f": {model['parameters']:,} parameters, built for "
+          f"{'SYNTHETIC ' if model['dataset'].startswith('synthetic') else ''}"
           f"{DATA_NAMES.get(model['dataset'], model['dataset'])}" if model else "")  # fmt: skip
     facts = {"processes": str(n), "setups": "; ".join(clauses), "gradient": fmt_size(gradient) + of}
     nccl = reduce.get(("nccl", "cuda", "host"))

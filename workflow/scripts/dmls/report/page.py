@@ -284,6 +284,17 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     }
 
 
+def describe_each_model_once(items: list[dict[str, Any]]) -> None:
+    """The model-as-it-ran table under the first section that trained each model (A1's CNN,
+    B1's MLP); a later section of the same model shows none (`model_shown`: False)."""
+    shown: list[Any] = []
+    for item in items:
+        model = (item["section"].get("model") or {}).get("rows")
+        item["model_shown"] = bool(model) and model not in shown
+        if item["model_shown"]:
+            shown.append(model)
+
+
 def ran_alone(key: str, rows: list[dict[str, Any]]) -> bool:
     """Whether no finished run of study `key` overlapped another job in time: `rows` are the
     timeline's rows of every run and special study of the folder (a skipped run did no work)."""
@@ -348,6 +359,7 @@ def render(
     specials = [load_special(p) for p in special_paths]
     loaded = [load_section(p, figure_captions) for p in section_paths]
     sections = arrange(loaded, specials, texts, config)
+    describe_each_model_once(sections)
     # Every job's span, once: the header's wall time, the timeline, and who ran alone.
     runs = [timeline.run_row(m) for m in metrics]
     jobs = runs + [timeline.study_row(s["summary"]) for s in specials]
