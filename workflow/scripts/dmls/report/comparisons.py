@@ -20,7 +20,7 @@ from dmls import record, stats
 from dmls.config.studies import flatten
 from dmls.report.cells import MIB
 from dmls.report.study import OK, Study, step_taken
-from dmls.report.wording import minus, points_strings, ratio_strings
+from dmls.report.wording import inside, minus, points_strings, ratio_strings
 
 # Spec keys that never make two runs' training differ.
 BOOKKEEPING = {"study", "run", "seed", "seeds"}
@@ -159,20 +159,10 @@ def compare(
         return Compared(minus(phrase.figure), phrase.judge(spec.more, spec.less), spec.label)
     result = stats.difference(a, b)
     figure, interval = points_strings(result)
-    if interval and result.low != result.high:
-        inside = f"{interval}; {means}"
-    else:
-        inside = f"{means}; {_alone(result, unit)}"
     verdict = stats.verdict(result, spec.more, spec.less, unit)
-    return Compared(minus(f"{figure} ({inside}{also})"), verdict, spec.label)
-
-
-def _alone(result: stats.Comparison, unit: str) -> str:
-    """Why a comparison prints no interval: a side with one `unit`, or each side's values the
-    same to the last digit (a spread of zero)."""
-    if not result.has_interval:
-        return f"one {unit} on a side, no interval"
-    return f"no spread in the {unit}s compared"
+    return Compared(
+        minus(f"{figure} ({inside(result, interval, means, unit)}{also})"), verdict, spec.label
+    )
 
 
 @dataclass(frozen=True)
@@ -200,11 +190,7 @@ class Ratio:
         if result is None:
             raise NotMeasured("no value was recorded")
         value, interval = ratio_strings(result)
-        if interval and result.low != result.high:
-            inside = f"{interval}; {means}"
-        else:
-            inside = f"{means}; {_alone(result, unit)}"
-        return cls(result, value, inside, unit)
+        return cls(result, value, inside(result, interval, means, unit), unit)
 
     def judge(self, more: str, less: str) -> str:
         return stats.verdict(self.result, more, less, self.unit)

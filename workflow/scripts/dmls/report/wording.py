@@ -13,23 +13,41 @@ from dmls import stats
 from dmls.report.cells import seconds
 
 
+def no_range(comparison: stats.Comparison, unit: str = "seed") -> str | None:
+    """Why a comparison prints no interval as a range: a side with one `unit`, or each side's
+    values the same to the last digit (an interval of zero width); None where it has a range."""
+    if not comparison.has_interval:
+        return f"one {unit} on a side, no interval"
+    if comparison.low == comparison.high:
+        return f"no spread in the {unit}s compared"
+    return None
+
+
 def with_interval(
-    text: str, comparison: stats.Comparison, interval: str | None, verdict: str
+    text: str, comparison: stats.Comparison, interval: str | None, verdict: str, unit: str = "seed"
 ) -> str:
     """A compared value with its 95% interval and its verdict (stats.verdict): '1.62× (95%
     interval 1.55–1.70×), faster'; without an interval, the value and the verdict alone; with
-    one of zero width (each side the same in every seed), that in words, not as a range."""
+    one of zero width (each side the same in every `unit`), that in words (`no_range`)."""
     if not comparison.has_interval:
         return f"{text}, {verdict}"
-    if comparison.low == comparison.high:
-        return f"{text} (no spread in the seeds compared), {verdict}"
+    if why := no_range(comparison, unit):
+        return f"{text} ({why}), {verdict}"
     return f"{text} (95% interval {interval}), {verdict}"
+
+
+def inside(comparison: stats.Comparison, interval: str | None, means: str, unit: str) -> str:
+    """What an answer's figure holds in its brackets: 'the interval; both means', or 'both
+    means; why there is no range' (`no_range`)."""
+    why = no_range(comparison, unit)
+    return f"{means}; {why}" if why else f"{interval}; {means}"
 
 
 def ratio_text(ratio: stats.Comparison, more: str, less: str, unit: str = "seed") -> str:
     """'1.62× (95% interval 1.55–1.70×), faster': `more` and `less` are the verdict's words."""
     value, interval = ratio_strings(ratio)
-    return with_interval(value, ratio, interval, stats.verdict(ratio, more, less, unit))
+    verdict = stats.verdict(ratio, more, less, unit)
+    return with_interval(value, ratio, interval, verdict, unit)
 
 
 def _digits(comparison: stats.Comparison, scale: float, digits: int, most: int) -> int:
