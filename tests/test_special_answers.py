@@ -17,6 +17,7 @@ from dmls.report import facts_memory, facts_speed, facts_systems
 from dmls.report import special_answers as sa
 from dmls.report.answers import read_csv_rows
 from dmls.report.comparisons import NotMeasured
+from dmls.report.wording import ratio_strings
 from dmls.special import runner
 from dmls.summary import read as read_summary
 
@@ -536,9 +537,12 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     _, facts = facts_speed.fused_conv(summary, folder)
     assert (facts["shallow"], facts["deep"]) == ("2", "4")
     forward = summary["verdicts"]["by_depth"]["2"]["fused_vs_cudnn"]["forward"]
-    assert facts["forward_shallow"].startswith(
-        f"{forward['value']:.2f}× ({forward['low']:.2f}–{forward['high']:.2f}×; "
+    # The study's own ratio, written with the decimals that show its side of 1 (2 to 4:
+    # wording.ratio_strings), so a lower end of 1.001 never reads "1.00".
+    value, interval = ratio_strings(
+        stats.Comparison(forward["value"], forward["low"], forward["high"], 2, 2, 1.0)
     )
+    assert facts["forward_shallow"].startswith(f"{value} ({interval}; ")
 
     # The fused kernel's time first, as in every "run vs reference" (it read cuDNN's first).
     def mean_ms(mode: str) -> str:
