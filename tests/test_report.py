@@ -625,12 +625,12 @@ def test_a_section_whose_runs_overlapped_no_other_job_says_it_ran_alone():
     assert not page.ran_alone("c", rows)  # no finished run: nothing to say
 
     def item(key: str, isolation: str) -> dict:
-        return {"kind": "runs", "section": {"key": key, "provenance": {"isolation": isolation}}}
+        return {"kind": "runs", "section": {"key": key}, "provenance": {"isolation": isolation}}
 
     items = [item("b1", SHARED["devices"]), item("a1", SHARED["devices"]),
              item("h", SHARED["host"])]  # fmt: skip
     page.say_who_ran_alone(items, [*rows, row("h/r", 50, 60)])
-    said = [i["section"]["provenance"]["isolation"] for i in items]
+    said = [i["provenance"]["isolation"] for i in items]
     assert said == [ALONE, SHARED["devices"], SHARED["host"]]
 
 

@@ -128,6 +128,13 @@ DATA_NAMES = {
 }
 
 
+def data_name(dataset: str) -> str:
+    """A data set as a sentence names it, SYNTHETIC said where it is: "Fashion-MNIST",
+    "SYNTHETIC CIFAR-shaped images"."""
+    synthetic = "SYNTHETIC " if dataset.startswith("synthetic") else ""
+    return synthetic + DATA_NAMES.get(dataset, dataset)
+
+
 def stand_in(dataset: str, course_data: str | None) -> str:
     """ " (real; a stand-in for the course's CIFAR-10)" where a section's data is not the one
     the course used (`course_data`, report/studies.yaml), else ""."""

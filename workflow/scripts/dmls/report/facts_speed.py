@@ -17,7 +17,7 @@ from dmls.report.answers import (
     skip_reason,
     speed,
 )
-from dmls.report.cells import DATA_NAMES
+from dmls.report.cells import data_name
 from dmls.report.comparisons import Facts, NotMeasured, Ratio
 from dmls.report.study import OK
 from dmls.report.wording import DEVICES, fmt_count, fmt_mean, fmt_num, fmt_plural, fmt_sig, fmt_size
@@ -275,9 +275,8 @@ def collectives(summary: dict[str, Any], folder: Path) -> Facts:
             f"{fmt_num(large['busbw_gb_s'])} GB/s at {fmt_size(large['size_bytes'])}"
         )
     model = summary.get("gradient_model")
-    of = (f": {model['parameters']:,} parameters, built for "
-          f"{'SYNTHETIC ' if model['dataset'].startswith('synthetic') else ''}"
-          f"{DATA_NAMES.get(model['dataset'], model['dataset'])}" if model else "")  # fmt: skip
+    of = f": {model['parameters']:,} parameters, built for {data_name(model['dataset'])}" if (
+        model) else ""  # fmt: skip
     facts = {"processes": str(n), "setups": "; ".join(clauses), "gradient": fmt_size(gradient) + of}
     nccl = reduce.get(("nccl", "cuda", "host"))
     if nccl is None:

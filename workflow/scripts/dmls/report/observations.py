@@ -13,14 +13,14 @@ from dmls import record, stats
 from dmls.report import targets
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
-from dmls.report.comparisons import NotMeasured, also_differ, fit, ran
+from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit, ran
 from dmls.report.study import OK, Study
 from dmls.report.wording import in_s, minus, points_text, ratio_text
 
 # The verdict's words (dmls.stats.verdict) for more and less of what a sentence compares.
 WORDS = {
-    "samples_per_s": ("faster", "slower"),
-    "memory": ("heavier", "lighter"),
+    "samples_per_s": (METRICS["samples_per_s"].more, METRICS["samples_per_s"].less),
+    "memory": (METRICS["step_gpu_mem_bytes"].more, METRICS["step_gpu_mem_bytes"].less),
     "energy": ("more energy", "less energy"),
 }
 # Test loss counts as having risen when it ends this much above its minimum (relative), so

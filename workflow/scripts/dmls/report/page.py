@@ -247,7 +247,8 @@ def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
             "background": [], "measured_elsewhere": [], "course_reference": None}  # fmt: skip
     return {
         "entry": text | entry,
-        "section": {"key": study, "provenance": None},
+        "section": {"key": study},
+        "provenance": None,
         "kind": "absent",
         "answer": [why],
         "no_answer": "",
@@ -267,19 +268,20 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     course_data = entry.get("course_data")
     if kind == "special":
         answer = special_answers.special_answer(entry, section["summary"], section["folder"])
-        section["provenance_line"] = special.provenance(section["summary"], course_data)
+        provenance = special.provenance(section["summary"], course_data)
     else:
         answer = section.get("answers", {}).get(key, [])
-        p = section.get("provenance")
-        if p and course_data:  # ("data" names the data set; "dataset" its key)
-            said = stand_in(p.get("dataset", p["data"]), course_data)
-            if said not in p["data"]:  # (A1 and A2 share their section)
-                section["provenance"] = p | {"data": p["data"] + said}
+        provenance = dict(section.get("provenance") or {})  # (the item's own: A2 shares A1's)
+        if provenance and course_data:  # ("data" names the data set; "dataset" its key)
+            dataset = provenance.get("dataset", provenance["data"])
+            provenance["data"] += stand_in(dataset, course_data)
     return {
         "entry": text | entry,
         "section": section,
         "kind": kind,
         "answer": answer,
+        # What it ran on: a special study's line, or a run section's parts (report.html.j2).
+        "provenance": provenance,
         "no_answer": "report/studies.yaml gives this study no answer to compute.",
     }
 
@@ -311,9 +313,13 @@ def say_who_ran_alone(items: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     other job says so in its provenance line (the example report's B1 and B2 ran one run at a
     time after the DAG)."""
     for item in items:
-        p = item["section"].get("provenance") or {}
-        shared = item["kind"] == "runs" and p.get("isolation") == SHARED["devices"]
-        if shared and ran_alone(item["section"]["key"], rows):
+        p = item["provenance"]
+        runs = item["kind"] in ("runs", "derived") and p
+        if (
+            runs
+            and p.get("isolation") == SHARED["devices"]
+            and ran_alone(item["section"]["key"], rows)
+        ):
             p["isolation"] = ALONE
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from dmls.report.cells import DATA_NAMES, cell, number, stand_in
+from dmls.report.cells import cell, data_name, number, stand_in
 from dmls.summary import read as read_summary
 
 # Per study: the tables to show, as (caption, CSV file, columns; None = all of them).
@@ -233,8 +233,7 @@ def provenance(summary: dict[str, Any], course_data: str | None = None) -> str:
     cfg, host = summary.get("config") or {}, summary.get("host") or {}
     parts = []
     if dataset := cfg.get("dataset"):
-        synthetic = "SYNTHETIC " if dataset.startswith("synthetic") else ""
-        data = synthetic + DATA_NAMES.get(dataset, dataset) + stand_in(dataset, course_data)
+        data = data_name(dataset) + stand_in(dataset, course_data)
         if samples := cfg.get("train_samples"):
             data += f", {samples:,} training samples"
         if epochs := cfg.get("epochs"):
@@ -278,7 +277,6 @@ def load(summary_path: Path) -> dict[str, Any]:
             if r["status"] != "ok"
         ],
         "notes": summary.get("notes") or [],
-        "provenance_line": provenance(summary),
         "tables": tables,
         "facts": facts,
         "texts": [
