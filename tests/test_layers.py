@@ -34,7 +34,7 @@ LAUNCHER_COMPARED = re.compile(
 FLOORS = (
     ("files", "stats", "joblog", "bytecode"),
     ("config", "protocol", "comm"),
-    ("data", "record", "summary"),
+    ("data", "record", "summary", "study_spec"),
     ("training", "report"),
     ("supervisor",),
     ("special",),
@@ -177,6 +177,24 @@ def test_what_runs_outside_the_ranks_imports_no_torch():
     )  # fmt: skip
     assert out.stdout.strip() == "[]"
     assert "dmls.supervisor.supervise" in torch_free and "dmls.config.spec" in torch_free
+
+
+def test_the_special_studies_declarations_import_no_study():
+    """The report reads the special studies' declarations (dmls/special/catalog.py, handed over
+    by its entry script); importing them loads no torch, no training code and no study's
+    measuring module: those are imported only when a study runs (StudySpec.measure)."""
+    code = (
+        "import sys\n"
+        "from dmls.special.catalog import STUDIES\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or "
+        "m.startswith(('dmls.training', 'dmls.supervisor')) or "
+        "m.startswith('dmls.special.') and not m.endswith(('_spec', '.catalog'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(SCRIPTS)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_launcher_is_compared_only_where_it_must_be():

@@ -22,6 +22,7 @@ from dmls.report import captions, figures, observations, page, section, special
 from dmls.report.aggregate import read_all, runs_table, seeds_table, summarize
 from dmls.report.cells import MIB, cell, epoch_seconds
 from dmls.report.study import ReportError, Study
+from dmls.special.catalog import STUDIES
 
 
 def fake_metrics(
@@ -744,6 +745,7 @@ def test_page_escapes_config_strings_and_embeds_everything(tmp_path):
         manifest_paths=[manifest],
         config=copy.deepcopy(config),
         workflow_dir=ROOT,
+        studies=STUDIES,
     )
     assert hostile not in rendered and "&lt;script&gt;alert(" in rendered
     assert rendered.count("<script>") == 1  # only the all-runs table's script of the template
@@ -838,7 +840,7 @@ def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
         "2,FusedConvReLU kernel,skipped,'fused' needs a CUDA GPU,,,,,,\n"
         '2,"baseline, CPU",ok,,cpu,0,1,0.06531,0.0693,0.9012\n'
     )
-    section = special.load(folder / "summary.json")
+    section = special.load(folder / "summary.json", STUDIES)
     table = section["tables"][0]
     skipped, ok = table["rows"]
     assert skipped["reason"] == "'fused' needs a CUDA GPU"

@@ -5,8 +5,8 @@ import platform
 
 import pytest
 
-from dmls.report import facts_systems
 from dmls.special import runner, serialization
+from dmls.special.serialization_spec import facts as serialization_facts
 from dmls.summary import read as read_summary
 
 
@@ -84,7 +84,7 @@ def test_torch_load_weights_only_reads_a_state_dict_and_refuses_code_that_pickle
 
 def test_the_answer_reads_the_study_and_says_where_a_part_failed(d7):
     summary, folder = d7
-    case, facts = facts_systems.serialization(summary, folder)
+    case, facts = serialization_facts(summary, folder)
     assert case == "measured"
     assert facts["value"] == "0.1" and facts["fixed"] == "8" and facts["json"] == "3"
     assert "float('nan') is refused by JSON, strict (ValueError)" in facts["lost"]
@@ -97,13 +97,13 @@ def test_the_answer_reads_the_study_and_says_where_a_part_failed(d7):
     # The example's Python 3.12 wrote 4,998 levels "at recursion limit 1000": the limit no
     # longer bounds C code there, and the answer says so.
     on_312 = summary | {"host": summary["host"] | {"python": "3.12.3"}}
-    _, facts = facts_systems.serialization(on_312, folder)
+    _, facts = serialization_facts(on_312, folder)
     assert facts["depth"].endswith(
         "(Python 3.12.3, recursion limit 1000, which bounds Python frames only, not C code such "
         "as these)"
     )
     broken = summary | {"rows": [r | {"status": "failed", "reason": "boom"} if r["part"] == "depth"
                                  else r for r in summary["rows"]]}  # fmt: skip
-    _, facts = facts_systems.serialization(broken, folder)
+    _, facts = serialization_facts(broken, folder)
     assert facts["depth"] == "not measured here, as it failed: boom"
     assert facts["shared"].startswith("pickle identity kept")  # the other parts still stand

@@ -13,12 +13,12 @@ import yaml
 
 from conftest import ROOT
 from dmls import stats
-from dmls.report import facts_memory, facts_speed, facts_systems
 from dmls.report import special_answers as sa
-from dmls.report.answers import read_csv_rows
 from dmls.report.comparisons import NotMeasured
+from dmls.report.special_answers import read_csv_rows
 from dmls.report.wording import ratio_strings
 from dmls.special import runner
+from dmls.special.catalog import STUDIES
 from dmls.summary import read as read_summary
 
 # The `answer:` blocks proposed for report/studies.yaml, per special section.
@@ -45,7 +45,7 @@ SKIPPED_GPU = {"status": "skipped", "reason": "no CUDA device on this host"}
 
 
 def answer(name, summary, folder):
-    return sa.special_answer({"answer": TEMPLATES[name]}, summary, folder)
+    return sa.special_answer(TEMPLATES[name], STUDIES[name].facts, summary, folder)
 
 
 def templates(name, case):
@@ -81,7 +81,7 @@ def lenet(tmp_path_factory):
 
 def test_d1_gives_parameters_the_estimate_the_measured_peak_and_recomputation(lenet):
     summary, folder = lenet
-    case, facts = facts_memory.lenet_memory(summary, folder)
+    case, facts = STUDIES["lenet_memory"].facts(summary, folder)
     assert case == "full"
     assert facts["parameters"] == facts["closed_form"] == "61,706"
     assert facts["agreement"] == "agree"
@@ -122,7 +122,7 @@ def test_d1_on_a_cpu_host_says_the_device_and_why_the_gpu_rows_are_missing(lenet
             r.clear()
             r.update({"device": "cuda", "optimizer": "adamw", "precision": "fp32",
                       "recompute": "none"} | SKIPPED_GPU)  # fmt: skip
-    _, facts = facts_memory.lenet_memory(summary, folder)
+    _, facts = STUDIES["lenet_memory"].facts(summary, folder)
     assert facts["device"] == "the CPU (the GPU's rows were skipped: no CUDA device on this host)"
 
 
@@ -135,7 +135,7 @@ def test_d1_the_estimate_over_the_peak_and_no_full_recomputation(tmp_path):
         "rows": [{"device": "cuda", "optimizer": "adamw", "precision": "fp32",
                   "recompute": "none", "status": "ok", "reason": None, "peak_bytes": 1600}],
     }  # fmt: skip
-    case, facts = facts_memory.lenet_memory(summary, tmp_path)
+    case, facts = STUDIES["lenet_memory"].facts(summary, tmp_path)
     assert case == "no_full"
     assert facts["agreement"] == "disagree, by 10"
     assert (facts["device"], facts["ratio"], facts["verdict"]) == ("the GPU", "0.80×", "over")
@@ -149,7 +149,7 @@ def test_d1_with_every_row_skipped_is_not_measured_with_the_reason(tmp_path):
                                          "precision": "fp32", "recompute": "none"}
                                         | SKIPPED_GPU]}  # fmt: skip
     with pytest.raises(NotMeasured, match="it was skipped: no CUDA device on this host"):
-        facts_memory.lenet_memory(summary, tmp_path)
+        STUDIES["lenet_memory"].facts(summary, tmp_path)
     # Three entries, one topic: said once.
     assert answer("lenet_memory", summary, tmp_path) == [
         "LeNet-5's parameters and training memory: not measured here, as it was skipped: no "
@@ -168,7 +168,7 @@ def spare(tmp_path_factory):
 
 def test_d2_the_first_vector_with_its_monte_carlo_and_the_agreement(spare):
     summary, folder = spare
-    case, facts = facts_systems.spare_failure(summary, folder)
+    case, facts = STUDIES["spare_failure"].facts(summary, folder)
     rows = {r["quantity"]: r for r in summary["rows"] if r["vector"] == "pair"}
     assert facts["vector"] == "pair (2 machines, p = 0.1, 0.2)"
     assert facts["no_spare"].startswith("0.28 (Monte Carlo ")  # 1 - 0.9 × 0.8
@@ -196,11 +196,11 @@ def test_d2_a_monte_carlo_row_outside_its_interval_flips_the_verdict(spare):
     summary, folder = spare
     summary = json.loads(json.dumps(summary))
     _doctor(summary["rows"][4])  # the within_ci flag left as written: the numbers count
-    case, facts = facts_systems.spare_failure(summary, folder)
+    case, facts = STUDIES["spare_failure"].facts(summary, folder)
     assert (case, facts["outside"], facts["total"]) == ("within_chance", "1", "15")
     assert facts["chance"] == f"{1 - 0.99**15:.2g}"  # at least one of 15 misses at 1%
     _doctor(summary["rows"][5])
-    case, facts = facts_systems.spare_failure(summary, folder)
+    case, facts = STUDIES["spare_failure"].facts(summary, folder)
     assert (case, facts["outside"]) == ("outside", "2")
     assert answer("spare_failure", summary, folder)[1].startswith(
         "The Monte Carlo disagrees: 2 of the 15 closed forms lie outside"
@@ -210,7 +210,7 @@ def test_d2_a_monte_carlo_row_outside_its_interval_flips_the_verdict(spare):
 # --------------------------------------------------------------------------- D3
 def test_d3_bits_bytes_and_round_trip(tmp_path):
     summary = runner.run_study("float32_bytes", {"title": "D3", "value": 6.342e-5}, tmp_path)
-    case, facts = facts_memory.float32_bytes(summary, tmp_path)
+    case, facts = STUDIES["float32_bytes"].facts(summary, tmp_path)
     assert case == "exact"
     assert facts["value"] == "6.342e-05"
     assert facts["bits_hex"] == "0x3885005A"
@@ -226,7 +226,7 @@ def test_d3_bits_bytes_and_round_trip(tmp_path):
 def test_d3_an_inexact_round_trip_and_a_failed_study(tmp_path):
     summary = runner.run_study("float32_bytes", {"title": "D3", "value": -2.5}, tmp_path)
     summary["rows"][0]["round_trip_big_endian"] = 2.5
-    case, facts = facts_memory.float32_bytes(summary, tmp_path)
+    case, facts = STUDIES["float32_bytes"].facts(summary, tmp_path)
     assert (case, facts["sign"]) == ("inexact", "1 (negative)")
     failed = {"rows": [{"status": "failed", "reason": "struct exploded"}]}
     assert answer("float32_bytes", failed, tmp_path) == [
@@ -270,7 +270,7 @@ def graph_rows(cuda=True):
 
 def test_d5_steady_step_as_a_speed_with_its_interval_first_call_and_control_flow(tmp_path):
     summary = written({"status": "ok", "rows": graph_rows(), "control_flow": CONTROL}, tmp_path)
-    case, facts = facts_speed.graphs(summary, tmp_path)
+    case, facts = STUDIES["graphs"].facts(summary, tmp_path)
     cpu = stats.ratio(EAGER["cpu"], MODE[("cpu", "compile")])
     gpu = stats.ratio(EAGER["cuda"], MODE[("cuda", "compile")])
     assert facts["steady_cpu"].startswith(
@@ -299,7 +299,7 @@ def test_d5_without_a_gpu_says_why_and_reads_control_flow_from_its_csv(tmp_path)
         for c in CONTROL:
             f.write(",".join(f'"{c[k]}"' if c[k] is not None else "" for k in fields_) + "\n")
     summary = {"status": "ok", "rows": graph_rows(cuda=False)}
-    _, facts = facts_speed.graphs(summary, tmp_path)
+    _, facts = STUDIES["graphs"].facts(summary, tmp_path)
     gone = "not measured here, as it was skipped: no CUDA device on this host"
     assert facts["steady_cuda"] == facts["first_cuda"] == gone
     assert facts["branch_compile"].startswith("broke it into 2 graphs at 1 break")
@@ -343,9 +343,9 @@ def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_pa
     summary = {"status": "ok", "rows": sweep_rows(), "course_gradient_bytes": GRADIENT}
     # Before: the CIFAR model's gradient, whatever the A runs trained; now named with its model.
     named = summary | {"gradient_model": {"parameters": 390634, "dataset": "fashion_mnist"}}
-    gradient = facts_speed.collectives(named, tmp_path)[1]["gradient"]
+    gradient = STUDIES["collectives"].facts(named, tmp_path)[1]["gradient"]
     assert gradient.endswith(": 390,634 parameters, built for Fashion-MNIST"), gradient
-    case, facts = facts_speed.collectives(summary, tmp_path)
+    case, facts = STUDIES["collectives"].facts(summary, tmp_path)
     assert case == "compared"
     assert facts["processes"] == "2"
     big = 67108864 / (latency("nccl", "cuda", 67108864) * 1e-6) / 1e9
@@ -369,7 +369,7 @@ def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_pa
 
 def test_a5_without_gpus_gloo_against_nccl_is_not_measured_with_the_reason(tmp_path):
     summary = {"status": "ok", "rows": sweep_rows(nccl=False), "course_gradient_bytes": GRADIENT}
-    case, facts = facts_speed.collectives(summary, tmp_path)
+    case, facts = STUDIES["collectives"].facts(summary, tmp_path)
     assert case == "no_nccl"
     assert facts["why"] == "it was skipped: needs 2 CUDA GPUs, this host has 0"
     assert facts["setups"].startswith(
@@ -410,13 +410,14 @@ def test_d4_what_ran_state_against_the_closed_form_at_the_largest_n_and_the_step
     failed = {"device": "cpu", "processes": 2, "strategy": "none", "stage": "DDP",
               "status": "failed", "reason": "gloo hung"}  # fmt: skip
     rows = [*shard_rows(), failed]
-    case, facts = facts_memory.sharding({"status": "failed", "rows": rows}, tmp_path)
+    case, facts = STUDIES["sharding"].facts({"status": "failed", "rows": rows}, tmp_path)
     assert case == "measured"
     assert facts["ranks"] == "4 GPU ranks (the CPU's rows failed: gloo hung)"
     assert facts["parameters"] == "476.3 M"
     assert facts["ns"] == "N = 2 and 4; the figures are N = 4's"
     only = [r for r in shard_rows() if r["processes"] == 2]
-    assert facts_memory.sharding({"status": "ok", "rows": only}, tmp_path)[1]["ns"] == "N = 2 only"
+    _, only_two = STUDIES["sharding"].facts({"status": "ok", "rows": only}, tmp_path)
+    assert only_two["ns"] == "N = 2 only"
     assert facts["ran"] == (
         "DDP (DistributedDataParallel); ZeroRedundancyOptimizer under DDP (ZeRO-1); "
         "fully_shard, reshard_after_forward=False (ZeRO-2-like; parameters sharded too); "
@@ -443,7 +444,7 @@ def test_d4_a_state_off_the_closed_form_disagrees_and_a_missing_ddp_is_said(tmp_
     rows = [r for r in shard_rows(n=2, zero1_state=11.0) if r["strategy"] != "none"]
     rows.append({"device": "cuda", "processes": 2, "strategy": "none", "stage": "DDP",
                  "status": "failed", "reason": "out of memory"})  # fmt: skip
-    _, facts = facts_memory.sharding({"status": "failed", "rows": rows}, tmp_path)
+    _, facts = STUDIES["sharding"].facts({"status": "failed", "rows": rows}, tmp_path)
     assert "ZeroRedundancyOptimizer (ZeRO-1) 11.00 against 12.00, 8.3% below" in facts["memory"]
     assert facts["ran"].startswith(
         "DDP (DistributedDataParallel) not measured here, as it failed: out of memory"
@@ -456,7 +457,7 @@ def test_d4_on_a_host_without_gpus_is_not_measured_when_every_row_was_skipped(tm
              "status": "skipped", "reason": "needs 2 CUDA GPUs, this host has 0"}
             for s in STAGES]  # fmt: skip
     with pytest.raises(NotMeasured, match="needs 2 CUDA GPUs, this host has 0"):
-        facts_memory.sharding({"status": "skipped", "rows": rows}, tmp_path)
+        STUDIES["sharding"].facts({"status": "skipped", "rows": rows}, tmp_path)
 
 
 # --------------------------------------------------------------------------- B4 and C
@@ -491,7 +492,7 @@ def c(tmp_path, monkeypatch):
 
 def test_b4_names_the_costliest_module_kind_and_slowest_activation_with_intervals(b4):
     summary, folder = b4
-    _, facts = facts_speed.profiler(summary, folder)
+    _, facts = STUDIES["profiler"].facts(summary, folder)
     cpu = summary["verdicts"]["by_device"]["cpu"]
     time = cpu["time"]
     assert facts["device"] == "the CPU" and facts["repeats"] == "3"
@@ -511,7 +512,7 @@ def test_b4_names_the_costliest_module_kind_and_slowest_activation_with_interval
 def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
     """Before: B4's memory read "1.62× BatchNorm's (1.62–1.62×; 65 vs 40 KiB), costlier", the
     zero-width interval of repeats that allocate the same bytes (item 11's "0.23–0.23×")."""
-    from dmls.report.answers import speed
+    from dmls.report.special_answers import speed
 
     block = {"metric": "cpu_memory_kib", "costliest": "Linear", "second": "BatchNorm",
              "means": {"Linear": 65.0, "BatchNorm": 40.0}, "value": 1.625, "low": 1.625,
@@ -520,7 +521,7 @@ def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
         "time": block | {"metric": "cpu_time_ms"}, "memory": block,
         "activations": block | {"metric": "cpu_time_ms", "slowest": "gelu", "fastest": "relu",
                                 "means": {"gelu": 2.0, "relu": 1.0}}}}}}  # fmt: skip
-    _, facts = facts_speed.profiler(summary, Path("."))
+    _, facts = STUDIES["profiler"].facts(summary, Path("."))
     assert facts["memory"] == (
         "Linear, 1.62× BatchNorm's (65 vs 40 KiB; no spread in the repeats compared), costlier"
     )
@@ -534,7 +535,7 @@ def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
 
 def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     summary, folder = c
-    _, facts = facts_speed.fused_conv(summary, folder)
+    _, facts = STUDIES["fused_conv"].facts(summary, folder)
     assert (facts["shallow"], facts["deep"]) == ("2", "4")
     forward = summary["verdicts"]["by_depth"]["2"]["fused_vs_cudnn"]["forward"]
     # The study's own ratio, written with the decimals that show its side of 1 (2 to 4:
@@ -570,7 +571,7 @@ def test_c_without_cuda_says_why_the_kernel_is_not_measured(tmp_path):
     summary = runner.run_study("fused_conv", cfg, tmp_path / "c", data_dir=data)
     if summary["rows"][0]["status"] == "ok":
         pytest.skip("this host has CUDA")
-    _, facts = facts_speed.fused_conv(summary, tmp_path / "c")
+    _, facts = STUDIES["fused_conv"].facts(summary, tmp_path / "c")
     assert facts["forward_shallow"].startswith("not measured here, as ")
     assert "needs a CUDA GPU" in facts["forward_shallow"]
     # Without cuDNN's times, the course's other baselines against it say why once.
@@ -630,7 +631,7 @@ def spark_summary():
 
 
 def test_d6_names_the_lines_that_start_jobs_and_what_collect_after_count_recomputes(tmp_path):
-    case, facts = facts_systems.spark_lazy(spark_summary(), tmp_path)
+    case, facts = STUDIES["spark_lazy"].facts(spark_summary(), tmp_path)
     assert case == "measured"
     assert facts["actions"] == (
         "renamed_df_2nd.count(): 2 jobs; renamed_df_2nd.collect(): 1 job; renamed_df.collect(): "
@@ -673,7 +674,7 @@ def every_case(lenet, spare, b4, c, tmp_path):
         summary = json.loads(json.dumps(summary))
         if edit:
             edit(summary)
-        case, facts = sa.SPECIAL_FACTS[name](summary, folder)
+        case, facts = STUDIES[name].facts(summary, folder)
         out.append((name, case, facts))
 
     add("lenet_memory", *lenet)
@@ -710,12 +711,11 @@ def test_every_template_fills_from_its_cases_facts_and_uses_every_fact(every_cas
 
 
 def test_the_templates_cover_every_case_hold_no_number_and_say_at_most_three_sentences():
-    assert set(TEMPLATES) == set(sa.SPECIAL_FACTS) == set(CASES)
+    assert set(TEMPLATES) == set(STUDIES) == set(CASES)
     for name, entries in TEMPLATES.items():
         assert len(entries) <= 3, name
         assert len({e["topic"] for e in entries}) == 1, name
         for e in entries:
-            assert e["facts"] == name
             says = e["say"].values() if isinstance(e["say"], dict) else [e["say"]]
             if isinstance(e["say"], dict):
                 assert set(e["say"]) == CASES[name], name
@@ -743,7 +743,8 @@ def test_every_special_section_says_what_it_ran_on():
         "host": host | {"gpus": []},
         "rows": [{"device": "cpu", "status": "ok"}, {"device": "cuda", "status": "skipped"}],
     }
-    assert special.provenance(d1) == "Ran on 2 steps; the CPU (Xeon)."
+    repeats = STUDIES["lenet_memory"].repeats
+    assert special.provenance(d1, repeats) == "Ran on 2 steps; the CPU (Xeon)."
     synthetic = {"config": {"dataset": "synthetic_cifar"}, "host": host,
                  "rows": [{"device": "cuda", "status": "ok"}]}  # fmt: skip
     assert special.provenance(synthetic) == (

@@ -13,10 +13,12 @@ from dmls.special import runner
 
 
 def fake_study(statuses):
+    """A declaration whose study returns rows of `statuses` (what run_study reads of it)."""
+
     def run(cfg, out_dir, **_):
         return {"rows": [{"status": s, "reason": None if s == "ok" else "why"} for s in statuses]}
 
-    return run
+    return SimpleNamespace(measure=lambda: run)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -154,11 +155,12 @@ def test_run_study_writes_through_the_owner(tmp_path, monkeypatch):
     def study(cfg, out_dir, **_):
         return {"rows": [{"status": "ok", "reason": None}], "undeclared": 1}
 
-    monkeypatch.setitem(runner.STUDIES, "fake", study)
+    monkeypatch.setitem(runner.STUDIES, "fake", SimpleNamespace(measure=lambda: study))
     with pytest.raises(summary.SummaryError, match="'undeclared' was unexpected"):
         runner.run_study("fake", {"title": "T"}, tmp_path)
     assert not (tmp_path / "summary.json").exists()
-    monkeypatch.setitem(runner.STUDIES, "fake", lambda cfg, out_dir, **_: {"rows": []})
+    empty = SimpleNamespace(measure=lambda: lambda cfg, out_dir, **_: {"rows": []})
+    monkeypatch.setitem(runner.STUDIES, "fake", empty)
     written = runner.run_study("fake", {"title": "T"}, tmp_path)
     assert summary.read(tmp_path / "summary.json") == json.loads(json.dumps(written))
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from dmls import stats
-from dmls.report import answers, comparisons, observations, wording
+from dmls.report import comparisons, observations, special_answers, wording
 from dmls.report.study import Study
 from dmls.special import sharding
 from test_report import fake_metrics
@@ -72,7 +72,7 @@ def test_every_printer_of_a_comparison_gives_the_rules_verdict(case):
     assert comparisons.Ratio.of(ratio, "x vs y", "repeat").said("faster", "slower") == (
         f"{comparisons.Ratio.of(ratio, 'x vs y', 'repeat').figure}, {repeats}"
     )
-    assert answers.speed(a, b, "x vs y").endswith(  # (a speed: the reference's time over)
+    assert special_answers.speed(a, b, "x vs y").endswith(  # (a speed: the reference's time over)
         {stats.MORE: "faster", stats.LESS: "slower"}.get(way, repeats)
     )
     assert observations.verdict(ratio) == WORDS[way]  # compare.html's conclusions

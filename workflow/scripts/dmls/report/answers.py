@@ -22,10 +22,8 @@ config, is "not measured (the run and why)", and shows no number. An entry with 
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,13 +36,11 @@ from dmls.report.comparisons import (
     METRICS,
     Compared,
     NotMeasured,
-    Ratio,
     _Fit,
     compare,
     fit,
     metric_label,
     require_finished,
-    short_reason,
 )
 from dmls.report.observations import RISE_TOLERANCE, held_out_loss, held_out_minimum
 from dmls.report.study import OK, Study
@@ -388,52 +384,3 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
         "columns": ["configuration", "course", "this run", "differs in (course vs this run)"],
         "rows": rows,
     }
-
-
-# --- Shared by the special studies' answers (dmls/report/special_answers.py) ---------------
-
-
-def not_measured(why: str) -> str:
-    """A placeholder's text for a part this folder lacks."""
-    return f"not measured here, as {why}"
-
-
-def finished_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary's rows; NotMeasured when the study produced none, or skipped all of them."""
-    rows = summary.get("rows") or []
-    if not rows:
-        raise NotMeasured("the study wrote no results")
-    if not any(r.get("status") == OK for r in rows):
-        raise NotMeasured(skip_reason(rows))
-    return rows
-
-
-def skip_reason(rows: list[dict[str, Any]]) -> str:
-    """Why a part did not run, from the first of `rows` that is not ok: "it was skipped: no
-    CUDA device on this host", "it failed: ..."."""
-    bad = next((r for r in rows if r.get("status") != OK), None)
-    if bad is None:
-        return "the config does not measure it"
-    why = short_reason(bad.get("reason")) or "no reason was given"
-    return f"it {status_verb(bad.get('status'))}: {why}"
-
-
-def status_verb(status: Any, plural: bool = False) -> str:
-    """A row's status as a verb: 'failed', 'was skipped' ('were skipped')."""
-    return "failed" if status == "failed" else f"{'were' if plural else 'was'} {status}"
-
-
-def read_csv_rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def speed(reference: list[float], other: list[float], means: str) -> str:
-    """`other` against `reference` as a speed, the reference's time over the other's (the ratio
-    of their geometric means), with its 95% interval over the repeats where both have two or
-    more, the two means (`means`, as written) and a verdict:
-    '0.82× (0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'."""
-    ratio = Ratio.of(stats.ratio(reference, other), means, "repeat")
-    return ratio.said("faster", "slower")

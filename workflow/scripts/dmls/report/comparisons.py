@@ -59,11 +59,6 @@ class NotMeasured(Exception):
     """A comparison this folder can't make; the message says why, for the reader."""
 
 
-# What a special study's facts function gives (report/special_answers.py): its case and the
-# facts, already written as text.
-Facts = tuple[str, dict[str, str]]
-
-
 @dataclass(frozen=True)
 class Compared:
     """One filled comparison: `str()` is the figure with its interval, both means and the

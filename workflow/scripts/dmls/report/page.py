@@ -12,6 +12,7 @@ import io
 import numbers
 import subprocess
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -26,6 +27,7 @@ from dmls.files import atomic_write, read_json
 from dmls.report import captions, special, special_answers, timeline
 from dmls.report.cells import FORMATS, MIB, cell, missing, stand_in
 from dmls.report.study import ALONE, OK, SHARED
+from dmls.study_spec import StudySpec
 
 # Columns of the all-runs table, in this order (the full table is runs.csv, linked from it);
 # each number a mean over the run's seeds, shown with its 95% interval where it has one.
@@ -173,10 +175,11 @@ def load_section(path: Path, figure_captions: dict[str, Any]) -> dict[str, Any]:
     return section
 
 
-def load_special(path: Path) -> dict[str, Any]:
-    """A special study's section with its figures and downloads inlined as data URIs, and its
-    summary and folder (what its answer is computed from)."""
-    section = special.load(path) | {"folder": Path(path).parent}
+def load_special(path: Path, studies: Mapping[str, StudySpec]) -> dict[str, Any]:
+    """A special study's section with its figures and downloads inlined as data URIs, its
+    summary and folder (what its answer is computed from) and its declaration (`studies`, by
+    name; None for a study this code does not declare)."""
+    section = special.load(path, studies) | {"folder": Path(path).parent}
     section["figures"] = [data_uri(Path(f), "image/png") for f in section["figures"]]
     section["downloads"] = [
         {"name": Path(f).name, "href": data_uri(Path(f), "application/gzip")}
@@ -266,9 +269,13 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     }
     key = text["study"]
     course_data = entry.get("course_data")
-    if kind == "special":
-        answer = special_answers.special_answer(entry, section["summary"], section["folder"])
-        provenance = special.provenance(section["summary"], course_data)
+    if kind == "special" and (spec := section["spec"]) is not None:
+        answer = special_answers.special_answer(
+            entry.get("answer"), spec.facts, section["summary"], section["folder"]
+        )
+        provenance = special.provenance(section["summary"], spec.repeats, course_data)
+    elif kind == "special":
+        answer, provenance = [], special.provenance(section["summary"], course_data=course_data)
     else:
         answer = section.get("answers", {}).get(key, [])
         provenance = dict(section.get("provenance") or {})  # (the item's own: A2 shares A1's)
@@ -349,7 +356,10 @@ def render(
     manifest_paths: list[Path],
     config: dict[str, Any],
     workflow_dir: Path,
+    studies: Mapping[str, StudySpec],
 ) -> str:
+    """The report's HTML; `studies` are the special studies' declarations, by name
+    (dmls/special/catalog.py, handed over by the entry script)."""
     metrics = [record.read(p) for p in metrics_paths]
     frame = pd.read_csv(runs_csv)
     texts = yaml.safe_load(Path(texts_path).read_text())
@@ -362,7 +372,7 @@ def render(
         lstrip_blocks=True,
     )
     statuses = frame["status"].value_counts().to_dict()
-    specials = [load_special(p) for p in special_paths]
+    specials = [load_special(p, studies) for p in special_paths]
     loaded = [load_section(p, figure_captions) for p in section_paths]
     sections = arrange(loaded, specials, texts, config)
     describe_each_model_once(sections)
@@ -396,9 +406,10 @@ def render(
     return env.get_template("report.html.j2").render(**context)
 
 
-def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
-    """Entry of the `render_report` rule (workflow/scripts/render_report.py); `log` is the
-    rule's log, open (dmls.joblog)."""
+def main_from_snakemake(snakemake: Any, log: IO[str], studies: Mapping[str, StudySpec]) -> None:
+    """Entry of the `render_report` rule (workflow/scripts/render_report.py, which hands over
+    the special studies' declarations, `studies`); `log` is the rule's log, open
+    (dmls.joblog)."""
     page = render(
         template_dir=Path(snakemake.input.template).parent,
         texts_path=Path(snakemake.input.texts),
@@ -410,6 +421,7 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         manifest_paths=[Path(p) for p in snakemake.input.manifests],
         config=snakemake.params.config,
         workflow_dir=Path(snakemake.params.workflow_dir),
+        studies=studies,
     )
     atomic_write(Path(snakemake.output.html), lambda f: f.write(page.encode()))
     print(f"{snakemake.output.html}: {len(page) / 2**20:.1f} MiB", file=log)

@@ -1,198 +1,24 @@
 """Report sections of the special studies (B4, C, D1-D7) from their results/studies/<name>/ files.
 
 Each study wrote a summary.json (status per row, with the reason where a part could not run),
-CSV tables and PNG figures (dmls.special.runner); this module only selects and formats them.
+CSV tables and PNG figures (dmls.special.runner); its declaration (`StudySpec`, dmls/special/
+<name>_spec.py, handed to the report by its entry script) says which of them its section shows;
+this module only selects and formats them. A study without a declaration shows its figures and
+the rows it skipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from dmls.report.cells import cell, data_name, number, stand_in
+from dmls.study_spec import StudySpec
 from dmls.summary import read as read_summary
 
-# Per study: the tables to show, as (caption, CSV file, columns; None = all of them).
-TABLES: dict[str, list[tuple[str, str, list[str] | None]]] = {
-    "profiler": [
-        (
-            "Time (ms) and memory (KiB) per module kind, summed over the profiled test batches: "
-            "mean over the repeats and, in the _ci95 columns, the half-width of its 95% interval",
-            "modules.csv",
-            [
-                "device",
-                "activation",
-                "kind",
-                "modules",
-                "calls",
-                "repeats",
-                "cpu_time_ms_mean",
-                "cpu_time_ms_ci95",
-                "cpu_self_time_ms_mean",
-                "cpu_self_time_ms_ci95",
-                "cpu_memory_kib_mean",
-                "cpu_memory_kib_ci95",
-                "device_time_ms_mean",
-                "device_time_ms_ci95",
-                "device_memory_kib_mean",
-                "device_memory_kib_ci95",
-            ],
-        ),
-    ],
-    "fused_conv": [
-        (
-            "Forward and backward time (s, summed over a training's steps after the warm-up) and "
-            "test accuracy (fraction) per network and mode: mean over the repeats and, in the "
-            "_ci95 columns, the half-width of its 95% interval",
-            "results.csv",
-            [
-                "depth",
-                "title",
-                "status",
-                "reason",
-                "device_name",
-                "fused_layers",
-                "epochs",
-                "repeats",
-                "forward_time_s",
-                "forward_time_s_ci95",
-                "backward_time_s",
-                "backward_time_s_ci95",
-                "test_accuracy",
-                "test_accuracy_ci95",
-            ],
-        ),
-    ],
-    "lenet_memory": [
-        ("Parameters per layer: the model against the closed form", "parameters.csv", None),
-        ("Training-memory estimate (bytes)", "estimate.csv", None),
-        (
-            "Measured peaks against the estimate (bytes)",
-            "measured.csv",
-            [
-                "device",
-                "optimizer",
-                "precision",
-                "recompute",
-                "status",
-                "reason",
-                "peak_bytes",
-                "estimate_total_bytes",
-                "difference_bytes",
-                "measured_over_estimate",
-            ],
-        ),
-    ],
-    "spare_failure": [
-        ("Closed forms against Monte Carlo, per failure-probability vector", "vectors.csv", None),
-    ],
-    "float32_bytes": [("The bytes of the float32 in both byte orders", "bytes.csv", None)],
-    "graphs": [
-        (
-            "First call (capture and compiling included) and steady training step per device "
-            "and mode (mean and 95% interval over the repeats), and what each captured",
-            "results.csv",
-            None,
-        ),
-        ("A branch on a tensor's value under each way of capturing", "control_flow.csv", None),
-    ],
-    "collectives": [
-        (
-            "Latency (median of the timed calls) and bandwidth (nccl-tests' algbw and busbw) "
-            "per backend, tensor device, collective and message size",
-            "collectives.csv",
-            None,
-        ),
-    ],
-    "sharding": [
-        (
-            "Memory per rank (the most loaded rank) by strategy and N: parameters, gradients and "
-            "Adam state measured from the tensors, against the closed form and the split the "
-            "implementation makes; the allocator's peak (GPU) against the predicted one; step "
-            "time (mean and 95% interval over the timed epochs) and the collectives' time the "
-            "sweep predicts",
-            "sharding.csv",
-            None,
-        ),
-    ],
-    "spark_lazy": [
-        (
-            "Per line of the program, without and with cache() before count(): the jobs it "
-            "started, their stages run and skipped, tasks run, and the rows its scans read",
-            "lines.csv",
-            [
-                "variant",
-                "line",
-                "code",
-                "status",
-                "reason",
-                "jobs",
-                "stages_run",
-                "stages_skipped",
-                "tasks",
-                "rows_scanned",
-                "job_stages",
-            ],
-        ),
-    ],
-    "serialization": [
-        (
-            "Representation: each value through each format, its size, the round trip, what "
-            "the other byte order reads, and what sender and receiver must agree on",
-            "representation.csv",
-            None,
-        ),
-        ("References: an object referenced twice and a cycle", "references.csv", None),
-        (
-            "Depth: the deepest nested list each format writes and reads, in a fresh "
-            "interpreter, and the error one level deeper",
-            "depth.csv",
-            None,
-        ),
-        (
-            "Trust: a state_dict through torch.save, and a pickle that runs code when loaded",
-            "trust.csv",
-            None,
-        ),
-    ],
-}
-# Text files shown as written, as (caption, file): D6's plans.
-TEXTS = {
-    "spark_lazy": [
-        (
-            "Plans: both chains once every line had run (parsed, analyzed, optimized logical, "
-            "physical), then each action's plan as it ran (with AQE, the final plan)",
-            "plans.txt",
-        ),
-    ],
-}
-# Studies whose tables hold values as text ('nan', integers beyond 2^53): read as written.
-TEXT_TABLES = {"serialization"}
-# Facts of a single-row summary shown as a definition list (D3).
-FACTS = {
-    "float32_bytes": [
-        "value",
-        "bits_hex",
-        "bits_binary",
-        "sign",
-        "exponent_biased",
-        "exponent",
-        "fraction_hex",
-        "significand",
-        "stored_value_exact",
-        "stored_value_fraction",
-        "relative_rounding_error",
-        "bytes_little_endian",
-        "bytes_big_endian",
-        "round_trip_little_endian",
-        "round_trip_big_endian",
-        "round_trip_exact",
-        "host_byte_order",
-        "native_matches",
-    ],
-}
 # Columns that name a row rather than measure it: kept for rows that have no numbers.
 IDENTIFIERS = {
     "depth",
@@ -217,19 +43,18 @@ IDENTIFIERS = {
     "line",
     "code",
 }
-# Files the report offers for download (inlined), relative to the study's folder.
-DOWNLOADS = {"profiler": "traces/*.json.gz"}
 
 
-# What a study repeats, by its config key, in the order a provenance line gives them.
-REPEATS = (("repeats", "repeats"), ("iterations", "timed calls per size"), ("steps", "steps"))
-
-
-def provenance(summary: dict[str, Any], course_data: str | None = None) -> str:
+def provenance(
+    summary: dict[str, Any],
+    repeats: tuple[tuple[str, str], ...] = (("repeats", "repeats"),),
+    course_data: str | None = None,
+) -> str:
     """What a special study ran on, for the line under its answer: its data (real or
-    synthetic, samples, epochs) where it trains, its repeats, and where its parts ran (the
-    GPU's name, the CPU), from its summary; `course_data`, the data set the course used (report/
-    studies.yaml), is named where ours stands in for it."""
+    synthetic, samples, epochs) where it trains, what it repeats (`repeats`: its declaration's
+    config keys, with their words), and where its parts ran (the GPU's name, the CPU), from its
+    summary; `course_data`, the data set the course used (report/studies.yaml), is named where
+    ours stands in for it."""
     cfg, host = summary.get("config") or {}, summary.get("host") or {}
     parts = []
     if dataset := cfg.get("dataset"):
@@ -239,7 +64,7 @@ def provenance(summary: dict[str, Any], course_data: str | None = None) -> str:
         if epochs := cfg.get("epochs"):
             data += f", {epochs} epoch{'s' if epochs != 1 else ''}"
         parts.append(data)
-    parts += [f"{cfg[key]} {what}" for key, what in REPEATS if isinstance(cfg.get(key), int)]
+    parts += [f"{cfg[key]} {what}" for key, what in repeats if isinstance(cfg.get(key), int)]
     ran = [r for r in summary["rows"] if r["status"] == "ok"]
     devices = sorted({r.get("device") or ("cpu" if r.get("mode") == "cpu" else None)
                       for r in ran} - {None})  # fmt: skip
@@ -253,22 +78,26 @@ def provenance(summary: dict[str, Any], course_data: str | None = None) -> str:
     return f"Ran on {'; '.join(parts) + '; ' if parts else ''}{' and '.join(where)}."
 
 
-def load(summary_path: Path) -> dict[str, Any]:
-    """One special study's section: its tables, facts, figures and downloads, and its summary
-    (read once, through dmls.summary.read: a damaged one is named, with how to rebuild it)."""
+def load(summary_path: Path, studies: Mapping[str, StudySpec]) -> dict[str, Any]:
+    """One special study's section: its declaration (`spec`: from `studies`, by the summary's
+    name; None for a study this code does not declare), the tables, facts, texts and downloads
+    it names, every figure of its folder, and its summary (read once, through
+    dmls.summary.read: a damaged one is named, with how to rebuild it)."""
     folder = Path(summary_path).parent
     summary = read_summary(summary_path)
-    key = summary["study"]
-    text = {"dtype": str, "keep_default_na": False} if key in TEXT_TABLES else {}
+    spec = studies.get(summary["study"])
+    text = {"dtype": str, "keep_default_na": False} if spec and spec.text_tables else {}
     tables = [
-        _table(caption, pd.read_csv(folder / name, **text), columns)
-        for caption, name, columns in TABLES.get(key, [])
-        if (folder / name).exists()
+        _table(t.caption, pd.read_csv(folder / t.file, **text), t.columns)
+        for t in (spec.tables if spec else ())
+        if (folder / t.file).exists()
     ]
     row = summary["rows"][0] if summary["rows"] else {}
-    facts = [(k, row[k]) for k in FACTS.get(key, []) if k in row and row.get("status") == "ok"]
+    shown = spec.shown_facts if spec else ()
+    facts = [(k, row[k]) for k in shown if k in row and row.get("status") == "ok"]
     return {
-        "key": key,
+        "key": summary["study"],
+        "spec": spec,
         "title": summary["title"],
         "status": summary["status"],
         "skipped": [
@@ -280,18 +109,20 @@ def load(summary_path: Path) -> dict[str, Any]:
         "tables": tables,
         "facts": facts,
         "texts": [
-            {"caption": caption, "text": (folder / name).read_text()}
-            for caption, name in TEXTS.get(key, [])
-            if (folder / name).exists() and (folder / name).stat().st_size
+            {"caption": t.caption, "text": (folder / t.file).read_text()}
+            for t in (spec.texts if spec else ())
+            if (folder / t.file).exists() and (folder / t.file).stat().st_size
         ],
         "figures": sorted(str(p) for p in folder.glob("*.png")),
-        "downloads": sorted(str(p) for p in folder.glob(DOWNLOADS.get(key, "-"))),
+        "downloads": sorted(str(p) for p in folder.glob(spec.downloads))
+        if spec and spec.downloads
+        else [],
         "host": summary["host"],
         "summary": summary,
     }
 
 
-def _table(caption: str, frame: pd.DataFrame, columns: list[str] | None) -> dict[str, Any]:
+def _table(caption: str, frame: pd.DataFrame, columns: tuple[str, ...] | None) -> dict[str, Any]:
     """A CSV as rows of text; a row whose status is not ok keeps its reason and no numbers."""
     frame = frame[[c for c in (columns or frame.columns) if c in frame.columns]]
     has_status = "status" in frame.columns

@@ -2,92 +2,128 @@
 taken from the study's results/studies/<name>/ files (summary.json and its CSVs).
 
 As for the training studies (dmls.report.answers), the words are templates in
-report/studies.yaml, under a special section's `answer:`; each entry names the facts it is
-filled from and has a template per case, or one for all:
+report/studies.yaml, under a special section's `answer:`; each entry has a template per case,
+or one for all, and the topic a missing part is named by:
 
     answer:
-      - facts: spare_failure
-        topic: failure with and without a spare
+      - topic: failure with and without a spare
         say: "For {vector}, the job fails with probability {no_spare} without a spare ..."
 
-A facts function reads one study's summary (and its folder, for the CSVs the summary does not
-hold): `(summary, folder) -> (case, facts)`, the facts already written as text, or it raises
-NotMeasured with the reason when the study did not produce what the answer needs (a failed or
-skipped study, the rows the answer reads skipped on this host). A part that is missing while
-the rest stands is written into its placeholder as "not measured here, as <why>", as
-answers.py does for a comparison. Ratios of times follow one convention: the reference's time
-over the other's (a speed), so > 1 means faster.
+The study's declaration (dmls/special/<name>_spec.py, `StudySpec.facts`) reads its summary
+(and its folder, for the CSVs the summary does not hold): `(summary, folder) -> (case, facts)`,
+the facts already written as text, or it raises NotMeasured with the reason when the study did
+not produce what the answer needs (a failed or skipped study, the rows the answer reads skipped
+on this host). A part that is missing while the rest stands is written into its placeholder as
+"not measured here, as <why>", as answers.py does for a comparison. Ratios of times follow one
+convention: the reference's time over the other's (a speed), so > 1 means faster. The helpers
+below are what those facts functions share.
 """
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dmls.report import facts_memory, facts_speed, facts_systems
+from dmls import stats
 from dmls.report.answers import said_once
-from dmls.report.comparisons import Facts, NotMeasured
-
-# --------------------------------------------------------------------------- answers
-# Facts an `answer:` entry of a special section names with `facts:`.
-SPECIAL_FACTS: dict[str, Callable[[dict[str, Any], Path], Facts]] = {
-    "profiler": facts_speed.profiler,
-    "fused_conv": facts_speed.fused_conv,
-    "lenet_memory": facts_memory.lenet_memory,
-    "spare_failure": facts_systems.spare_failure,
-    "float32_bytes": facts_memory.float32_bytes,
-    "graphs": facts_speed.graphs,
-    "collectives": facts_speed.collectives,
-    "sharding": facts_memory.sharding,
-    "serialization": facts_systems.serialization,
-    "spark_lazy": facts_systems.spark_lazy,
-}
+from dmls.report.comparisons import NotMeasured, Ratio, short_reason
+from dmls.report.study import OK
+from dmls.report.wording import DEVICES
+from dmls.study_spec import Facts
 
 
-def special_answer(entry: Any, summary: dict[str, Any], folder: Path) -> list[str]:
-    """The sentences of a special section's `answer:` filled from its study's summary and
-    folder. `entry` is the section (its `answer` list is filled), the list itself, or one
-    entry. An entry names its facts (`facts:`), has a template per case (`say: {case: ...}`)
-    or one for all (`say: "..."`), and an optional `topic`; where its facts are not measured,
-    it says so: "Topic: not measured here, as <why>." A sentence equal to the one before it
-    (several entries of a study that was not measured) is said once."""
-    if isinstance(entry, dict) and "answer" in entry:
-        entries = entry["answer"] or []
-    elif isinstance(entry, dict):
-        entries = [entry]
-    else:
-        entries = list(entry or [])
-    summary = summary or {}  # (a study that did not run)
-    computed: dict[str, Facts | NotMeasured] = {}
+def special_answer(
+    entries: list[dict[str, Any]] | None,
+    facts: Callable[[dict[str, Any], Path], Facts],
+    summary: dict[str, Any] | None,
+    folder: Path,
+) -> list[str]:
+    """The sentences of a special section's `answer:` entries filled from `facts` (its study's
+    declaration) of its summary and folder, computed once. An entry has a template per case
+    (`say: {case: ...}`) or one for all (`say: "..."`), and a `topic`; where the facts are not
+    measured, it says so: "Topic: not measured here, as <why>." A sentence equal to the one
+    before it (several entries of a study that was not measured) is said once."""
+    try:
+        result: Facts | NotMeasured = facts(summary or {}, Path(folder))
+    except NotMeasured as e:
+        result = e
     sentences: list[str] = []
-    for e in entries:
-        text = _sentence(e, summary, Path(folder), computed)
+    for entry in entries or []:
+        text = _sentence(entry, result)
         if not sentences or sentences[-1] != text:
             sentences.append(text)
     return said_once(sentences)
 
 
-def _sentence(
-    entry: dict[str, Any],
-    summary: dict[str, Any],
-    folder: Path,
-    computed: dict[str, Facts | NotMeasured],
-) -> str:
-    name = entry["facts"]
-    if name not in computed:
-        try:
-            computed[name] = SPECIAL_FACTS[name](summary, folder)
-        except NotMeasured as e:
-            computed[name] = e
-    result = computed[name]
+def _sentence(entry: dict[str, Any], result: Facts | NotMeasured) -> str:
     if isinstance(result, NotMeasured):
-        topic = entry.get("topic", name)
+        topic = entry["topic"]
         return f"{topic[:1].upper()}{topic[1:]}: not measured here, as {result}."
     case, facts = result
     say = entry["say"]
     if isinstance(say, dict):
         if case not in say:
-            raise KeyError(f"the answer of {name} has no template for case {case!r}")
+            raise KeyError(f"the answer about {entry['topic']} has no template for case {case!r}")
         say = say[case]
     return say.format(**facts)
+
+
+# --- What a study's facts read from its summary (dmls/special/*_spec.py) ----------------
+
+
+def not_measured(why: str) -> str:
+    """A placeholder's text for a part this folder lacks."""
+    return f"not measured here, as {why}"
+
+
+def finished_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary's rows; NotMeasured when the study produced none, or skipped all of them."""
+    rows = summary.get("rows") or []
+    if not rows:
+        raise NotMeasured("the study wrote no results")
+    if not any(r.get("status") == OK for r in rows):
+        raise NotMeasured(skip_reason(rows))
+    return rows
+
+
+def skip_reason(rows: list[dict[str, Any]]) -> str:
+    """Why a part did not run, from the first of `rows` that is not ok: "it was skipped: no
+    CUDA device on this host", "it failed: ..."."""
+    bad = next((r for r in rows if r.get("status") != OK), None)
+    if bad is None:
+        return "the config does not measure it"
+    why = short_reason(bad.get("reason")) or "no reason was given"
+    return f"it {status_verb(bad.get('status'))}: {why}"
+
+
+def status_verb(status: Any, plural: bool = False) -> str:
+    """A row's status as a verb: 'failed', 'was skipped' ('were skipped')."""
+    return "failed" if status == "failed" else f"{'were' if plural else 'was'} {status}"
+
+
+def read_csv_rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def speed(reference: list[float], other: list[float], means: str) -> str:
+    """`other` against `reference` as a speed, the reference's time over the other's (the ratio
+    of their geometric means), with its 95% interval over the repeats where both have two or
+    more, the two means (`means`, as written) and a verdict:
+    '0.82× (0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'."""
+    ratio = Ratio.of(stats.ratio(reference, other), means, "repeat")
+    return ratio.said("faster", "slower")
+
+
+def elsewhere(others: list[dict[str, Any]], what: str = "") -> str:
+    """Why the rows of another device (or `what`) are missing, where they are: " (the GPU's
+    rows were skipped: no CUDA device on this host)"; empty where none is missing."""
+    bad = next((r for r in others if r.get("status") != OK), None)
+    if bad is None:
+        return ""
+    what = what or f"{DEVICES.get(bad['device'], bad['device'])}'s rows"
+    return f" ({what} {status_verb(bad['status'], plural=True)}: {bad.get('reason')})"

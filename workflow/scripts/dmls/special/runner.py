@@ -3,8 +3,9 @@ D1–D7 (the written assignment's computable parts).
 
 Each study is a function `run(cfg, out_dir, *, data_dir, threads)` in its own module that
 writes its tables and figures into `out_dir` and returns its rows, each with a status (`ok`,
-`skipped` where this host can't do that part, or `failed`) and a reason. `run_study` adds what
-every summary carries (config, host, versions, timing) and writes `summary.json` last.
+`skipped` where this host can't do that part, or `failed`) and a reason; its declaration
+(dmls/special/catalog.py) names that function. `run_study` adds what every summary carries
+(config, host, versions, timing) and writes `summary.json` last.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,34 +24,10 @@ import torch
 
 from dmls import bytecode, joblog, summary
 from dmls.files import read_json
-from dmls.special import (
-    collectives,
-    float32_bytes,
-    fused_conv,
-    graphs,
-    lenet_memory,
-    profiler,
-    serialization,
-    sharding,
-    spare_failure,
-    spark_lazy,
-)
+from dmls.special.catalog import STUDIES
 from dmls.special.kernels import fused_conv_relu
 from dmls.supervisor import launch, processes, slots
 from dmls.supervisor.hardware import Host, describe
-
-STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
-    "profiler": profiler.run,
-    "fused_conv": fused_conv.run,
-    "lenet_memory": lenet_memory.run,
-    "spare_failure": spare_failure.run,
-    "float32_bytes": float32_bytes.run,
-    "graphs": graphs.run,
-    "collectives": collectives.run,
-    "sharding": sharding.run,
-    "spark_lazy": spark_lazy.run,
-    "serialization": serialization.run,
-}
 
 
 class StudyIncomplete(RuntimeError):
@@ -72,7 +48,7 @@ def run_study(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started, start = dt.datetime.now(dt.UTC), time.perf_counter()
-    result = STUDIES[name](cfg, out_dir, data_dir=data_dir, threads=threads)
+    result = STUDIES[name].measure()(cfg, out_dir, data_dir=data_dir, threads=threads)
     host = Host.probe()
     written = summary.new(
         name,

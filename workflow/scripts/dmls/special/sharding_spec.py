@@ -1,0 +1,121 @@
+"""The declaration of D4 (sharding's memory and time, measured by dmls/special/sharding.py): the
+facts its answer is filled from and what its report section shows (dmls/special/study_spec.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dmls.report.special_answers import elsewhere, finished_rows, not_measured, skip_reason, speed
+from dmls.report.study import OK
+from dmls.report.wording import (
+    DEVICES,
+    closeness,
+    fmt_count,
+    fmt_mean,
+)
+from dmls.study_spec import Facts, StudySpec, Table
+
+# D4: what each strategy label of sharding.csv ran (workflow/scripts/dmls/training/parallel.py).
+SHARDING = {
+    "none": "DDP (DistributedDataParallel)",
+    "optimizer": "ZeroRedundancyOptimizer under DDP (ZeRO-1)",
+    "gradients": "fully_shard, reshard_after_forward=False (ZeRO-2-like; parameters sharded too)",
+    "full": "fully_shard, reshard_after_forward=True (ZeRO-3)",
+}
+
+
+# From the least to the most sharded.
+SHARDING_ORDER = ("none", "optimizer", "gradients", "full")
+
+
+def facts(summary: dict[str, Any], folder: Path) -> Facts:
+    """D4, on the GPUs where they ran (else on the CPU) at the largest N that ran: what ran,
+    the state per rank in bytes per parameter against the closed form the study computed for
+    that N (and the split the implementation makes, where it differs), and the most sharded
+    strategy's step against DDP's (a speed: DDP's time over the strategy's)."""
+    rows = finished_rows(summary)
+    ok = [r for r in rows if r["status"] == OK]
+    device = "cuda" if any(r["device"] == "cuda" for r in ok) else ok[0]["device"]
+    n = max(r["processes"] for r in ok if r["device"] == device)
+    mine = {r["strategy"]: r for r in rows if (r["device"], r["processes"]) == (device, n)}
+    order = [s for s in SHARDING_ORDER if s in mine] + [s for s in mine if s not in SHARDING]
+    ran, memory = [], []
+    for strategy in order:
+        r = mine[strategy]
+        name = SHARDING.get(strategy, strategy)
+        if r["status"] != OK:
+            ran.append(f"{name} {not_measured(skip_reason([r]))}")
+            continue
+        ran.append(name)
+        p = r["parameters"]
+        measured = r["state_bytes"] / p
+        closed = r["state_closed_form_bytes"] / p
+        text = f"{r['stage']} {measured:.2f} against {closed:.2f}, {closeness(measured, closed)}"
+        expected = r.get("state_expected_bytes")
+        if expected and closeness(expected / p, closed) != "agrees":
+            text += (
+                f" (the split the implementation makes gives {expected / p:.2f}: "
+                f"{closeness(measured, expected / p)})"
+            )
+        memory.append(text)
+    done = {s: r for s, r in mine.items() if r["status"] == OK}
+    where = f"{n} {DEVICES.get(device, device).removeprefix('the ')} ranks"
+    more = [r for r in rows if r["device"] == device and r["processes"] > n]
+    facts = {
+        "ranks": where
+        + elsewhere([r for r in rows if r["device"] != device])
+        + elsewhere(more, f"{DEVICES.get(device, device).removeprefix('the ')} rows of more ranks"),
+        "parameters": _parameters(next(iter(done.values()))["parameters"]),
+        "ns": _rank_counts(rows, device, n),
+        "ran": "; ".join(ran),
+        "memory": "; ".join(memory),
+    }
+    sharded = next((s for s in reversed(SHARDING_ORDER) if s in done and s != "none"), None)
+    if "none" not in done or sharded is None:
+        missing = "DDP did not run" if "none" not in done else "no sharded strategy ran"
+        facts["step"] = not_measured(f"{missing} on {where}")
+        return "measured", facts
+    ddp, other = done["none"], done[sharded]
+    step_means = (fmt_mean(row, "step_ms", "step_ms_ci95") for row in (other, ddp))
+    means = " vs ".join(step_means) + " ms"
+    facts["step"] = f"{other['stage']} {speed(_steps(ddp), _steps(other), means)}"
+    return "measured", facts
+
+
+def _rank_counts(rows: list[dict[str, Any]], device: str, n: int) -> str:
+    """Which numbers of ranks ran on `device`, and which the figures are of (the course asks
+    for 2 and 4): "N = 2 only", "N = 2 and 4; the figures are N = 4's"."""
+    ran = sorted({r["processes"] for r in rows if r["device"] == device and r["status"] == OK})
+    if len(ran) == 1:
+        return f"N = {ran[0]} only"
+    return f"N = {', '.join(map(str, ran[:-1]))} and {ran[-1]}; the figures are N = {n}'s"
+
+
+def _parameters(p: int) -> str:
+    return f"{p / 1e6:,.1f} M" if p >= 1e6 else fmt_count(p)
+
+
+def _steps(row: dict[str, Any]) -> list[float]:
+    """A strategy's step time per timed epoch (summary.json); its mean alone without them."""
+    return [float(x) for x in row.get("step_ms_samples") or [row["step_ms"]]]
+
+
+SPEC = StudySpec(
+    name="sharding",
+    entry="dmls.special.sharding:run",
+    facts=facts,
+    tables=(
+        Table(
+            (
+                "Memory per rank (the most loaded rank) by strategy and N: parameters, gradients "
+                "and Adam state measured from the tensors, against the closed form and the split "
+                "the implementation makes; the allocator's peak (GPU) against the predicted one; "
+                "step time (mean and 95% interval over the timed epochs) and the collectives' "
+                "time the sweep predicts"
+            ),
+            "sharding.csv",
+        ),
+    ),
+)
