@@ -144,3 +144,26 @@ def test_an_output_that_names_a_folder_gets_compare_html_in_it(folders, tmp_path
     assert compare.main([*map(str, folders), "-o", str(tmp_path)]) == 0
     assert (tmp_path / "compare.html").exists()
     assert capsys.readouterr().out.endswith(f"wrote {tmp_path / 'compare.html'}\n")
+
+
+def test_a_folder_without_its_report_is_compared_against_the_configs_baseline(tmp_path):
+    """Before: the example's batch-size study was compared against b128 (the first name of the
+    runs with the fewest workers) while its report, and the config, use b32."""
+    runs = [fake_metrics(f"b{b}", launcher="single", batch_size=b, epochs=3, spread=(0.9, 1.0, 1.1))
+            for b in (128, 32)]  # fmt: skip
+    a, b = folder(tmp_path, "a", runs), folder(tmp_path, "b", runs)
+    config = {"studies": {"parallelism": {"baseline": "b32"}}}
+    (section,) = compare.compare([a, b], config=config)["sections"]
+    assert section["baseline"] == "b32"
+    assert section["baseline_source"].startswith("the study's baseline in the config")
+    assert all("against b32's" in line for line in section["conclusions"])
+    (section,) = compare.compare([a, b], config=None)["sections"]
+    assert (section["baseline"], section["baseline_source"]) == (
+        "b128",
+        "no report or config names one: the shared run with the fewest workers",
+    )
+    # The folder's own report outranks the config.
+    write_json(a / "report" / "parallelism" / "section.json", {"baseline": "b128"})
+    (section,) = compare.compare([a, b], config=config)["sections"]
+    assert section["baseline"] == "b128"
+    assert section["baseline_source"] == "the baseline of the folder's own report"

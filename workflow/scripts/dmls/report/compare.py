@@ -11,9 +11,11 @@ with Welch's interval where both sides have repeats (dmls/stats.py, as the repor
 observations); the runs only some folders have, one line per study and folder; where
 a run's specs differ (then it is not the same experiment: the keys are named); each folder's
 hosts and versions; and, per study, whether the report's conclusions agree: each run against
-the study's baseline (the one the folder's own report used), faster, slower or within seed
-noise, in every folder (dmls/report/observations.baseline_comparisons, the code of the
-report's own observations).
+the study's baseline, faster, slower or within seed noise, in every folder
+(dmls/report/observations.baseline_comparisons, the code of the report's own observations).
+The baseline is the one the folder's own report used (report/<study>/section.json); in a
+folder that keeps no report, the study's `baseline` in the config (`--config`, by default
+the repository's config/config.yaml, where the report takes it from too); the page says which.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import jinja2
 import pandas as pd
+import yaml
 
 from dmls import record, stats
 from dmls.files import atomic_write, read_json
@@ -34,7 +37,9 @@ from dmls.report.page import hosts
 from dmls.report.study import OK, Study
 from dmls.report.wording import ratio_strings
 
-TEMPLATE = Path(__file__).resolve().parents[4] / "report" / "compare.html.j2"
+ROOT = Path(__file__).resolve().parents[4]
+TEMPLATE = ROOT / "report" / "compare.html.j2"
+CONFIG = ROOT / "config" / "config.yaml"
 CSS = TEMPLATE.with_name("report.css")
 SHOWN = [
     ("test_accuracy", "test acc. (%)"),
@@ -85,22 +90,40 @@ def report_baseline(folder: Path, study: str) -> str | None:
 
 
 def common_baseline(
-    present: dict[str, list[dict[str, Any]]], reported: list[str | None] = ()
-) -> str | None:
-    """The run every folder's study is compared against: the baseline the reference folder's
-    report used (`reported`, per folder) where every folder has that run; else, of the runs
-    all folders have, the one with the fewest workers (then by name). None when the folders
-    share no run."""
+    present: dict[str, list[dict[str, Any]]],
+    reported: list[str | None] = (),
+    configured: str | None = None,
+) -> tuple[str | None, str]:
+    """The run every folder's study is compared against, and where it comes from: the
+    baseline the reference folder's report used (`reported`, per folder) where every folder
+    has that run; else the config's (`configured`, the study's `baseline` key, as the report
+    picks it); else, of the runs all folders have, the one with the fewest workers (then by
+    name). None when the folders share no run."""
     names = [{m["run"] for m in ms} for ms in present.values()]
     shared = set.intersection(*names)
     if not shared:
-        return None
+        return None, "the folders share no run"
     for baseline in reported:
         if baseline in shared:
-            return baseline
+            return baseline, "the baseline of the folder's own report"
+    if configured in shared:
+        return configured, "the study's baseline in the config (the folders keep no report)"
     first = next(iter(present.values()))
     workers = {m["run"]: m["derived"]["replicas"] for m in first}
-    return min(shared, key=lambda run: (workers[run], run))
+    chosen = min(shared, key=lambda run: (workers[run], run))
+    return chosen, "no report or config names one: the shared run with the fewest workers"
+
+
+def configured_baselines(config: Path | dict[str, Any] | None) -> dict[str, str]:
+    """Each study's `baseline` in a config (a file or its dict), by study."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        if not Path(config).exists():
+            raise CompareError(f"--config {config}: no such file")
+        config = yaml.safe_load(Path(config).read_text()) or {}
+    studies = config.get("studies") or {}
+    return {k: v["baseline"] for k, v in studies.items() if (v or {}).get("baseline")}
 
 
 def _numbers(study: Study, run: str) -> list[str]:
@@ -154,15 +177,20 @@ def conclusions(studies: dict[str, Study]) -> list[str]:
     return lines
 
 
-def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, Any]:
+def compare(
+    folders: list[Path],
+    names: list[str] | None = None,
+    config: Path | dict[str, Any] | None = CONFIG,
+) -> dict[str, Any]:
     """Everything the page shows, computed from the folders' metrics (the first is the
-    reference)."""
+    reference); `config` gives each study's baseline where a folder keeps no report."""
     if len(folders) < 2:
         raise CompareError(f"compare needs two or more results folders, got {len(folders)}")
     names = names or [Path(f).resolve().name for f in folders]
     if len(set(names)) != len(names):  # same folder names: tell them apart by position
         names = [f"{i + 1}: {n}" for i, n in enumerate(names)]
     loaded = {name: load(folder) for name, folder in zip(names, folders, strict=True)}
+    configured = configured_baselines(config)
     paths = dict(zip(names, folders, strict=True))
     ref_name = names[0]
     all_studies = list(dict.fromkeys(s for by in loaded.values() for s in by))
@@ -170,7 +198,8 @@ def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, An
     for key in all_studies:
         present = {name: by[key] for name, by in loaded.items() if key in by}
         reported = [report_baseline(paths[name], key) for name in present]
-        settings = {"baseline": common_baseline(present, reported)}
+        baseline, source = common_baseline(present, reported, configured.get(key))
+        settings = {"baseline": baseline}
         studies = {name: Study.from_metrics(key, settings, ms) for name, ms in present.items()}
         runs = list(dict.fromkeys(m["run"] for ms in present.values() for m in ms))
         rows, different = [], []
@@ -208,7 +237,8 @@ def compare(folders: list[Path], names: list[str] | None = None) -> dict[str, An
             for name, lacking in absent.items()
         ]
         sections.append({"key": key, "rows": rows, "only": only, "different": different,
-                         "conclusions": agree, "folders": same})  # fmt: skip
+                         "conclusions": agree, "folders": same, "baseline": baseline,
+                         "baseline_source": source})  # fmt: skip
     columns = ["run", "folder", *(h for _, h in SHOWN),
                f"samples/s vs {ref_name} (> 1: faster)", f"test acc. vs {ref_name}",
                "spec differs in"]  # fmt: skip
@@ -226,8 +256,13 @@ def render(result: dict[str, Any]) -> str:
     return env.get_template(TEMPLATE.name).render(**result, css=CSS.read_text())
 
 
-def write(folders: list[Path], out: Path, names: list[str] | None = None) -> dict[str, Any]:
-    result = compare(folders, names)
+def write(
+    folders: list[Path],
+    out: Path,
+    names: list[str] | None = None,
+    config: Path | dict[str, Any] | None = CONFIG,
+) -> dict[str, Any]:
+    result = compare(folders, names, config)
     page = render(result)
     atomic_write(out, lambda f: f.write(page.encode()))
     return result
@@ -239,11 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out", type=Path, default=Path("compare.html"),
                         help="the page to write; a folder gets compare.html in it")  # fmt: skip
     parser.add_argument("--names", nargs="+", help="a label per folder (default: its name)")
+    parser.add_argument("--config", type=Path, default=CONFIG,
+                        help="the config the folders were made with: each study's baseline "
+                             "where a folder keeps no report (default: %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.out.is_dir():
         args.out = args.out / "compare.html"
     try:
-        result = write(args.folders, args.out, args.names)
+        result = write(args.folders, args.out, args.names, args.config)
     except CompareError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -256,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def main_from_snakemake(snakemake: Any, log: Any) -> None:
     """Entry of the `compare` rule (workflow/scripts/compare_results.py)."""
-    result = write([Path(f) for f in snakemake.params.folders], Path(snakemake.output.html))
+    result = write(
+        [Path(f) for f in snakemake.params.folders], Path(snakemake.output.html),
+        config=snakemake.config,
+    )  # fmt: skip
     for section in result["sections"]:
         for line in section["only"] + section["different"] + section["conclusions"]:
             print(f"{section['key']}: {line}", file=log)
