@@ -459,6 +459,7 @@ def test_figures_draw_the_seeds_intervals(tmp_path, monkeypatch):
     mean = np.mean(speeds)
     assert time_bars[0][:, 0] == pytest.approx([mean - half, mean + half], abs=1e-3)
     assert np.isnan(time_bars[2]).all()  # one seed: no whisker, no cap
+    assert drawn["overview"].axes[0].get_xscale() == "linear"  # (runs within tenfold)
 
     figures.overlay(study, tmp_path / "curves.png")
     accuracy = drawn["curves"].axes[1]
@@ -1118,3 +1119,17 @@ def test_a_runs_numbers_are_built_once_and_name_the_seeds_they_count():
     assert numbers.seeds_said("test_accuracy") == "seeds 0–2"
     assert numbers.first_seed_excess("test_accuracy") == 0.0  # every seed counts
     assert study.seed_values("graph", memory) == numbers.values(memory)
+
+
+def test_a_panel_whose_runs_differ_more_than_tenfold_has_a_log_axis(tmp_path, monkeypatch):
+    """Before: A1's overview on a linear axis, where DDP's graph-replayed 122,938 samples/s
+    left the DataLoader runs the answer reads (3,848) as slivers."""
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault(path.stem, fig))
+    runs = [fake_metrics("graphs", samples_per_s=120_000.0),
+            fake_metrics("dataloader", samples_per_s=3_800.0)]  # fmt: skip
+    figures.overview(Study.from_metrics("parallelism", {}, runs), tmp_path / "overview.png")
+    throughput, memory, accuracy = drawn["overview"].axes
+    assert throughput.get_xscale() == "log" and "log scale" in throughput.get_xlabel()
+    assert memory.get_xscale() == accuracy.get_xscale() == "linear"
+    assert figures.wide([1.0, 10.5]) and not figures.wide([1.0, 10.0, float("nan")])
