@@ -101,6 +101,34 @@ def test_what_the_spec_implies_is_named_where_two_runs_differ_in_it_beyond_the_f
     assert "global batch" not in said
 
 
+def test_a_factor_asked_for_but_not_applied_is_said_not_to_explain_the_difference():
+    """Before: B3 on a CPU printed "fp16 1.35× (1.27–1.43×; 30,805 vs 22,894 samples/s),
+    faster" while accelerate's fp16 on a CPU trained in fp32 (effective_precision fp32): the two
+    runs computed the same arithmetic at different moments beside different jobs."""
+    runs = {
+        p: fake_metrics(
+            p,
+            launcher="accelerate",
+            device="cpu",
+            backend="gloo",
+            epochs=3,
+            precision=p,
+            spread=(0.9, 1.0, 1.1),
+        )
+        for p in ("fp16", "fp32", "bf16")
+    }
+    runs["fp16"]["samples_per_s"] = 1350.0  # fmt: skip
+    runs["fp16"]["effective_precision"] = "fp32"
+    s = study(*runs.values())
+    said = str(comparisons.compare(s, "fp16", "fp32", "samples_per_s", ["precision"]))
+    assert (
+        "fp16 computed in fp32 here, as fp32 did (the precision probe measured fp32 in "
+        "both): the two ran the same arithmetic, so the difference is not precision's"
+    ) in said
+    said = str(comparisons.compare(s, "bf16", "fp32", "samples_per_s", ["precision"]))
+    assert "same arithmetic" not in said  # (bf16 computed in bf16)
+
+
 def test_memory_is_compared_over_warm_seeds_and_says_what_each_first_seed_held_more():
     """Before: "the same in every seed, no interval" where seed 0 of a graph job measured
     28–59 MiB more (cuDNN's autotuning in a process's first seed)."""

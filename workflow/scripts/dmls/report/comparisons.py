@@ -148,6 +148,7 @@ def compare(
         means += first_seeds(((a_study, run), (b_study, b_run)), metric, spec)
     extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     also = f"; the two also differ in {extra}" if extra else ""
+    also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
     unit = "seed" if metric in record.SEED_METRICS else "job"
     if spec.kind == "ratio":
         phrase = Ratio.of(stats.ratio(a, b), means + also, unit)
@@ -316,6 +317,31 @@ def also_differ(left: dict[str, Any], right: dict[str, Any], factor: Sequence[st
         for key in dict.fromkeys([*left, *right])
         if not changed_by_design(key) and left.get(key) != right.get(key)
     )
+
+
+# A factor the run measures as it ran: a requested precision that autocast did not apply
+# (accelerate's fp16 on a CPU trains in fp32) changes nothing in what was computed.
+MEASURED = {"precision": ("effective_precision", "the precision probe measured")}
+
+
+def not_changed(left: dict[str, Any], right: dict[str, Any], factor: Sequence[str]) -> str:
+    """Where two runs ask for different values of a factor they measure as run (`MEASURED`)
+    and measured the same: "; fp16 computed in fp32 here, as fp32 did (...)", so the
+    difference between them is not that factor's; empty otherwise."""
+    said = []
+    for key in factor:
+        if key not in MEASURED:
+            continue
+        column, how = MEASURED[key]
+        asked = flatten(left["spec"]).get(key), flatten(right["spec"]).get(key)
+        measured = left.get(column), right.get(column)
+        if asked[0] != asked[1] and measured[0] == measured[1] and measured[0]:
+            said.append(
+                f"; {asked[0]} computed in {measured[0]} here, as {asked[1]} did ({how} "
+                f"{measured[0]} in both): the two ran the same arithmetic, so the difference "
+                f"is not {key}'s"
+            )
+    return "".join(said)
 
 
 def _show(value: Any) -> str:
