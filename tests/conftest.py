@@ -48,3 +48,24 @@ def tabular_dir(tmp_path_factory) -> Path:
         "tabular", {"dir": None, "synthetic": {"n_train": 256, "n_test": 100, "seed": 0}}, out
     )
     return out
+
+
+# What the browser tests drive (tools/screenshot_report.py), and where a user gets it.
+BROWSER = {
+    "chromium": "apt-get install chromium",
+    "chromedriver": "apt-get install chromium-driver",
+}
+
+
+def needs_browser() -> None:
+    """Skip a browser test, naming the package to install, where the browser, its driver or
+    selenium is missing (before: selenium's NoSuchDriverException, naming none)."""
+    import shutil
+
+    lacking = [f"{tool} ({how})" for tool, how in BROWSER.items() if shutil.which(tool) is None]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        lacking.append("selenium (pip install -r envs/requirements-test.txt)")
+    if lacking:
+        pytest.skip(f"a real browser is needed: {', '.join(lacking)} not found")

@@ -192,7 +192,7 @@ def unavailable(backend: str, device: str, world: int, placement: str = "host") 
     if placement != "host" and world % 2:
         return f"{world} processes don't split evenly over 2 nodes"
     if placement == "slurm":
-        return _no_slurm_nodes()
+        return no_slurm_nodes()
     if device == "cuda" and torch.cuda.device_count() < world:
         return f"needs {world} CUDA GPUs, this host has {torch.cuda.device_count()}"
     if backend == "nccl" and not dist.is_nccl_available():
@@ -200,7 +200,7 @@ def unavailable(backend: str, device: str, world: int, placement: str = "host") 
     return None
 
 
-def _no_slurm_nodes() -> str | None:
+def no_slurm_nodes() -> str | None:
     """Why no srun step can span 2 nodes from here, or None."""
     if shutil.which("srun") is None:
         return "no Slurm cluster here (srun not found)"
