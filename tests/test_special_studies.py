@@ -1,8 +1,10 @@
 """The special-study runner: every summary has one frame; strict turns skips into errors."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
 
 from conftest import SCHEMA, validated
@@ -10,6 +12,7 @@ from dmls import summary
 from dmls.files import read_json
 from dmls.joblog import job_log
 from dmls.special import runner
+from dmls.summary import read as read_summary
 
 
 def fake_study(statuses):
@@ -106,3 +109,24 @@ def test_study_c_loads_the_extension_the_build_job_compiled(tmp_path, monkeypatc
     assert command.argv[1:4] == ["-m", "dmls.special.runner", "fused_conv"]
     assert command.env["TORCH_EXTENSIONS_DIR"] == "/prebuilt"
     assert os.environ["TORCH_EXTENSIONS_DIR"] == "/elsewhere"
+    # On a host without a GPU, kineto's "gpuGetDeviceCount failed" is not logged as an ERROR.
+    assert ("KINETO_LOG_LEVEL" in command.env) == (torch.cuda.device_count() == 0)
+
+
+def test_a_profiled_study_on_a_host_without_a_gpu_logs_no_kineto_error(tmp_path, monkeypatch):
+    """Before: "ERROR:... DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35" in
+    B4's and D1's logs of a healthy CPU run. D1 profiles its steps; one step is enough."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    job_config = validated({})["special_studies"]
+    summary = tmp_path / "d1" / "summary.json"
+    job = fake_snakemake(
+        tmp_path,
+        output=SimpleNamespace(summary=str(summary)),
+        input=SimpleNamespace(),
+        params=SimpleNamespace(study="lenet_memory", cfg=job_config["lenet_memory"] | {"steps": 1}),
+    )
+    with job_log(job.log[0]) as log:
+        runner.main_from_snakemake(job, log)
+    text = Path(job.log[0]).read_text()
+    assert read_summary(summary)["status"] in ("ok", "skipped")
+    assert "gpuGetDeviceCount" not in text and "ERROR" not in text

@@ -109,6 +109,11 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         env["TORCH_EXTENSIONS_DIR"] = record["build_root"]
     if snakemake.config["runtime"]["bytecode_cache"]:
         env |= bytecode.environment()  # (dmls/bytecode.py; the ranks it starts inherit it)
+    if torch.cuda.device_count() == 0:  # (NVML's count: CUDA is not initialised here)
+        # torch.profiler's kineto logs "ERROR ... gpuGetDeviceCount failed with code 35" at
+        # every profiled region of a host without a GPU (B4, D1): that it found none. Its level
+        # 5 drops it; a host with a GPU keeps kineto's errors.
+        env["KINETO_LOG_LEVEL"] = "5"
     manifest = getattr(snakemake.input, "manifest", None)
     command = study_command(
         snakemake.params.study, snakemake.params.cfg, Path(snakemake.output.summary).parent,
