@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 
 from conftest import ROOT
@@ -428,3 +429,18 @@ def test_a2_counts_only_the_runs_whose_minimum_could_show_a_rise_and_names_the_s
     flat = [1e-3] * 3
     rose = fake_metrics("rose", epochs=3, history=_curve([2.0, 1.0, 1.3], flat))
     assert answers.overfitting(study(rose, early))[0] == "overfit"
+
+
+def test_a_comparison_with_a_study_not_compared_here_says_why_not_that_it_is_absent():
+    """Before: "cluster_torchrun is not in this report" where that section was in the report,
+    but the study's compare_with did not name it."""
+    s = study(one(), ddp())
+    unnamed = ("parallelism is not compared with cluster_torchrun here: studies.parallelism."
+               "compare_with does not name it, or cluster_torchrun has no runs")  # fmt: skip
+    with pytest.raises(comparisons.NotMeasured, match=f"^{re.escape(unnamed)}$"):
+        comparisons.compare(s, "ddp", "cluster_torchrun/n1xp1", "samples_per_s")
+    other = Study.from_metrics("optimizer", {}, [one()])
+    named = ("parallelism is compared with optimizer, not cluster_torchrun "
+             "(studies.parallelism.compare_with)")  # fmt: skip
+    with pytest.raises(comparisons.NotMeasured, match=f"^{re.escape(named)}$"):
+        comparisons.compare(s, "ddp", "cluster_torchrun/n1xp1", "samples_per_s", other=other)

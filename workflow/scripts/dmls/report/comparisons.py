@@ -129,8 +129,16 @@ def compare(
     a_study, b_study, b_run = study, study, vs
     if "/" in vs:
         key, b_run = vs.split("/", 1)
-        if other is None or other.key != key:
-            raise NotMeasured(f"{key} is not in this report")
+        if other is None:  # (section.py: compare_with unset, or the study it names has no runs)
+            raise NotMeasured(
+                f"{study.key} is not compared with {key} here: studies.{study.key}.compare_with "
+                f"does not name it, or {key} has no runs"
+            )
+        if other.key != key:
+            raise NotMeasured(
+                f"{study.key} is compared with {other.key}, not {key} "
+                f"(studies.{study.key}.compare_with)"
+            )
         b_study = other
     for s, name in ((a_study, run), (b_study, b_run)):
         require_finished(s, name)  # (raises NotMeasured, naming a run the config lacks too)
