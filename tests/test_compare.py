@@ -144,6 +144,9 @@ def test_an_output_that_names_a_folder_gets_compare_html_in_it(folders, tmp_path
     assert compare.main([*map(str, folders), "-o", str(tmp_path)]) == 0
     assert (tmp_path / "compare.html").exists()
     assert capsys.readouterr().out.endswith(f"wrote {tmp_path / 'compare.html'}\n")
+    # A folder that does not exist yet, said with a trailing slash (before: a file of that name).
+    assert compare.main([*map(str, folders), "-o", f"{tmp_path / 'new'}/"]) == 0
+    assert (tmp_path / "new" / "compare.html").is_file()
 
 
 def test_a_folder_without_its_report_is_compared_against_the_configs_baseline(tmp_path):

@@ -21,6 +21,7 @@ the repository's config/config.yaml, where the report takes it from too); the pa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -271,14 +272,18 @@ def write(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", type=Path, nargs="+", help="results folders, reference first")
-    parser.add_argument("-o", "--out", type=Path, default=Path("compare.html"),
-                        help="the page to write; a folder gets compare.html in it")  # fmt: skip
+    parser.add_argument("-o", "--out", default="compare.html",
+                        help="the page to write; a folder (existing, or written with a "
+                             "trailing /) gets compare.html in it")  # fmt: skip
     parser.add_argument("--names", nargs="+", help="a label per folder (default: its name)")
     parser.add_argument("--config", type=Path, default=CONFIG,
                         help="the config the folders were made with: each study's baseline "
                              "where a folder keeps no report (default: %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.out.is_dir():
+    folder = args.out.endswith(("/", os.sep))  # (Path drops the slash that says "a folder")
+    args.out = Path(args.out)
+    if folder or args.out.is_dir():
+        args.out.mkdir(parents=True, exist_ok=True)
         args.out = args.out / "compare.html"
     try:
         result = write(args.folders, args.out, args.names, args.config)
