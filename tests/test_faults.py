@@ -100,6 +100,14 @@ def test_the_reason_names_the_rank_that_failed_not_the_peers_that_lost_it(tmp_pa
     assert reason(output="") == (
         "launcher exited with codes [1] and no rank reported an error (see log)"
     )
+    # Before: a rank stopped by a SIGTERM sent from outside read as the line above.
+    terminated = SUMMARY.split("Root Cause")[0]
+    assert reason(output=terminated) == (
+        "rank 0 stopped by SIGTERM from outside the run (no rank failed before it; see the "
+        "end of train.log)"
+    )
+    killed = processes.failure_reason(tmp_path, [-15], "", "train.log")
+    assert killed == "the process was killed by SIGTERM, no rank reporting an error (see train.log)"
 
 
 def test_nan_loss_on_one_rank_stops_every_rank_as_diverged_at_that_epoch(

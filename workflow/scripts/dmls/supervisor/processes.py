@@ -153,6 +153,18 @@ def failure_reason(
         return f"rank {rank} {how} without a Python error (see the end of {log_name}){then}"
     if reports:
         return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
+    # SIGTERM with no failure before it: the launcher stops peers only after a failure, so the
+    # signal came from outside the run (a user, a scheduler's time limit).
+    if stopped := sorted(r for r, c in elastic_exit_codes(launcher_output).items()
+                         if c == -signal.SIGTERM):  # fmt: skip
+        ranks = f"rank{'s' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))}"
+        return (
+            f"{ranks} stopped by SIGTERM from outside the run (no rank failed before it; see "
+            f"the end of {log_name})"
+        )
+    if signalled := [c for c in exit_codes if c < 0]:  # (a launcher or lone rank killed)
+        name = signal.Signals(-signalled[0]).name
+        return f"the process was killed by {name}, no rank reporting an error (see {log_name})"
     if any(exit_codes):
         return f"launcher exited with codes {exit_codes} and no rank reported an error (see log)"
     return "every process exited 0 but rank 0 wrote no result (see log)"
