@@ -281,7 +281,34 @@ def advise_cores():
         print(line, file=sys.stderr)
 
 
+# The results folder's claim (dmls.files.claim_folder), held by this Snakemake while it runs.
+RESULTS_CLAIM = []
+
+
+def claim_results_dir():
+    """Hold the results folder for this workflow before any job starts (and removes its old
+    outputs): a second workflow on the same folder (another clone, another Snakemake) stops
+    here, naming the one that holds it, and changes nothing. Onstart runs in the main
+    Snakemake only: not in a dry run, --report or --lint, nor in the job processes it spawns
+    or submits to Slurm (they get --no-hooks)."""
+    from dmls.files import FolderBusy, claim_folder
+
+    if not workflow.is_main_process:
+        return
+    try:
+        RESULTS_CLAIM.append(claim_folder(Path(RESULTS), workflow.basedir))
+    except FolderBusy as e:
+        raise WorkflowError(str(e)) from None
+
+
+def release_results_dir():
+    """Let another workflow have the results folder (the process's end would, too)."""
+    while RESULTS_CLAIM:
+        RESULTS_CLAIM.pop().close()
+
+
 onstart:
+    claim_results_dir()
     check_slurm_status_checks()
     check_fault_drill()
     advise_bytecode_cache()
@@ -298,7 +325,9 @@ def print_outcome():
 
 onsuccess:
     print_outcome()
+    release_results_dir()
 
 
 onerror:
     print_outcome()
+    release_results_dir()
