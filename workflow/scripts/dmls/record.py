@@ -92,22 +92,38 @@ def problems(record: Any) -> list[str]:
 
 
 def bounds(record: dict[str, Any]) -> list[str]:
-    """What a schema can't say of a valid record: no more seeds than the spec asks for, no more
-    finished seeds than seeds, no mean over more seeds than finished."""
-    seeds, asked = record.get("seeds"), record["spec"].get("seeds")
+    """What a schema can't say of a valid record, each naming its key and value: no more seeds
+    than the spec asks for, nor epochs; no more finished seeds than seeds (or, without seeds,
+    than the spec asks for); no mean, and no epoch of the mean history, over more seeds than
+    finished."""
+    spec, seeds = record["spec"], record.get("seeds")
+    asked, epochs = spec.get("seeds"), spec.get("epochs")
     found = []
     if seeds is not None and isinstance(asked, int) and len(seeds) > asked:
         found.append(f"seeds: {len(seeds)} seeds, but the spec asks for {asked}")
-    summary = record.get("summary")
-    if summary is None or seeds is None:
-        return found
-    if summary["n_finished"] > len(seeds):
-        found.append(f"summary/n_finished: {summary['n_finished']} of {len(seeds)} seeds")
-    for metric, estimate in summary.items():
-        if isinstance(estimate, dict) and estimate["n"] > summary["n_finished"]:
+    for k, seed in enumerate(seeds or []):
+        if isinstance(epochs, int) and (done := seed["final"]["epochs_completed"]) > epochs:
             found.append(
-                f"summary/{metric}/n: {estimate['n']}, more than the "
-                f"{summary['n_finished']} seeds that finished"
+                f"seeds/{k}/final/epochs_completed: {done}, but the spec asks for {epochs}"
+            )
+    if (summary := record.get("summary")) is None:
+        return found
+    n_finished = summary["n_finished"]
+    if seeds is not None and n_finished > len(seeds):
+        found.append(f"summary/n_finished: {n_finished} of {len(seeds)} seeds")
+    elif isinstance(asked, int) and n_finished > asked:
+        found.append(f"summary/n_finished: {n_finished}, but the spec asks for {asked} seeds")
+    for metric, estimate in summary.items():
+        if isinstance(estimate, dict) and estimate["n"] > n_finished:
+            found.append(
+                f"summary/{metric}/n: {estimate['n']}, more than the {n_finished} seeds that "
+                "finished"
+            )
+    for k, row in enumerate(record.get("history") or []):
+        if row["n_seeds"] > n_finished:
+            found.append(
+                f"history/{k}/n_seeds: {row['n_seeds']}, more than the {n_finished} seeds that "
+                "finished"
             )
     return found
 
