@@ -277,23 +277,28 @@ def test_more_micro_batches_per_step_than_an_epoch_has_is_refused_naming_the_key
         trainer.train(spec, tabular_dir, tabular_dir, tabular_dir / "unused-c.pt")
     assert str(err.value) == (
         "studies.t.runs.r.grad_accum_steps: 5 micro-batches per optimizer step, but an epoch "
-        "has 4 per rank (256 samples, 64 per micro-batch); use at most 4"
+        "has 4 per rank (256 samples, 64 per micro-batch); use at most 4 "
+        "(found in the job: this data's size is known only once it is read)"
     )
 
 
 def test_a_batch_larger_than_the_training_set_is_refused_naming_the_key(tabular_dir):
     """batch_size 100000 on 512 samples ended `ok`, recording a global batch of 100000 where
-    the one batch each epoch had was 512."""
+    the one batch each epoch had was 512. Where the config fixes the data's size this is
+    refused before any job (tests/test_config_checks.py); here the spec's config says 8,000
+    samples (the synthetic default) and the data read has 256, as a folder of one's own
+    would."""
     from dmls.config.spec import SpecError
     from dmls.training import job as trainer
 
     spec = make_spec(dataset="tabular", model={"name": "mlp", "hidden": 8}, device="cpu",
-                     epochs=1, batch_size=100000, num_workers=0)  # fmt: skip
+                     epochs=1, batch_size=300, num_workers=0)  # fmt: skip
     with pytest.raises(SpecError) as err:
         trainer.train(spec, tabular_dir, tabular_dir, tabular_dir / "unused-c.pt")
     assert str(err.value) == (
-        "studies.t.runs.r.batch_size: 100000 per replica × 1 replica(s) = 100000 samples per "
-        "step, but the training set has 256; use at most 256"
+        "studies.t.runs.r.batch_size: 300 per replica × 1 replica(s) = 300 samples per "
+        "step, but the training set has 256; use at most 256 "
+        "(found in the job: this data's size is known only once it is read)"
     )
 
 
@@ -336,7 +341,8 @@ def test_a_validation_split_that_leaves_less_than_a_batch_is_refused_naming_the_
         trainer.train(spec, tabular_dir, tabular_dir, tabular_dir / "unused-c.pt")
     assert str(err.value) == (
         "studies.t.runs.r.validation_samples: 240 of the 256 training samples held out leave "
-        "16 to train, fewer than one step's batch of 32; use at most 224"
+        "16 to train, fewer than one step's batch of 32; use at most 224 "
+        "(found in the job: this data's size is known only once it is read)"
     )
 
 

@@ -115,12 +115,14 @@ NAME_RULE = (
         ),
         (
             {"launcher": "single", "nproc_per_node": 2},
-            "studies.optimizer.runs.bad: launcher 'single' runs one process on one device, but "
+            "invalid run spec:\n"
+            "  studies.optimizer.runs.bad: launcher 'single' runs one process on one device, but "
             "nodes × nproc_per_node = 1 × 2; use 'dp', 'torchrun' or 'accelerate' for several",
         ),
         (
             {"precision": "fp8", "batch_size": 20},
-            "studies.optimizer.runs.bad.batch_size: fp8 matmuls need every dimension divisible "
+            "invalid run spec:\n"
+            "  studies.optimizer.runs.bad.batch_size: fp8 matmuls need every dimension divisible "
             "by 16, the batch too (weight gradients); got 20",
         ),
     ],
@@ -201,7 +203,7 @@ def test_early_stopping_without_a_validation_split_is_refused_naming_both_keys()
         resolve_runs(config)
     where = "studies.regularization.runs.early_stopping"
     assert str(err.value) == (
-        f"{where}.early_stopping_patience: 3 watches the validation loss, but "
+        f"invalid run spec:\n  {where}.early_stopping_patience: 3 watches the validation loss, but "
         f"{where}.validation_samples is 0 (no validation split); hold out the last N training "
         "samples with validation_samples: N, or set early_stopping_patience: 0 (the test set "
         "never decides when to stop)"
@@ -213,7 +215,8 @@ def test_replica_threads_is_a_setting_of_dataparallel_only():
     with pytest.raises(SpecError) as err:
         make_spec(launcher="torchrun", nproc_per_node=2, replica_threads="persistent")
     assert str(err.value) == (
-        "studies.parallelism.runs.r.replica_threads: 'persistent' is a setting of launcher "
+        "invalid run spec:\n"
+        "  studies.parallelism.runs.r.replica_threads: 'persistent' is a setting of launcher "
         "'dp' (nn.DataParallel); this run's launcher is 'torchrun'"
     )
 
@@ -257,7 +260,8 @@ def test_seeds_past_numpys_range_are_refused_before_any_job():
     with pytest.raises(SpecError) as err:
         resolve_runs(config)
     assert str(err.value) == (
-        "studies.optimizer.runs.sgd.seed: seeds 4294967295 to 4294967297, but a seed ends at "
+        "invalid run spec:\n"
+        "  studies.optimizer.runs.sgd.seed: seeds 4294967295 to 4294967297, but a seed ends at "
         "4294967295 (2³² − 1, numpy's); use a seed of at most 4294967293"
     )
     config = raw_config()
@@ -273,7 +277,7 @@ def test_a_baseline_that_names_no_run_is_refused_before_any_job():
     with pytest.raises(SpecError) as err:
         resolve_runs(config)
     assert str(err.value) == (
-        "studies.optimizer.baseline: 'n1xp2' is not one of its runs "
+        "invalid run spec:\n  studies.optimizer.baseline: 'n1xp2' is not one of its runs "
         "['sgd', 'adam', 'adamw', 'rmsprop']"
     )
 

@@ -142,14 +142,35 @@ class Fault:
             int(fields["rank"]), int(fields["epoch"]), fields["kind"], fields.get("run"), seed
         )
 
-    def check_run_exists(self, run_ids: Collection[str]) -> None:
-        """ValueError when the drill names a run the config doesn't have."""
-        if self.run is not None and self.run not in run_ids:
-            close = difflib.get_close_matches(self.run, run_ids, n=1)
+    def check_run_exists(self, runs: Collection[str] | Mapping[str, Any]) -> None:
+        """ValueError when the drill names a run the config doesn't have; given the runs' specs
+        ({run id: RunSpec}, as Snakemake passes them before any job), also when it can't fire
+        in a run it targets, naming every such run and why (`cannot_fire`, which the
+        supervisor asks again in the job)."""
+        if self.run is not None and self.run not in runs:
+            close = difflib.get_close_matches(self.run, runs, n=1)
             guess = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(
                 f"{ENV} names run {self.run!r}, which is not a run of the config{guess}"
             )
+        if not isinstance(runs, Mapping):
+            return
+        lines = []
+        for run_id, spec in runs.items():
+            seeds = range(spec.seed, spec.seed + spec.seeds)
+            if self.targets(run_id) and (lacks := self._lacks(spec.processes, spec.epochs, seeds)):
+                lines.append(f"{run_id}: {' and '.join(lacks)}")
+        if lines:
+            hint = "" if self.run else "; name the run it is for with run=<study>/<run>"
+            raise ValueError(
+                f"{ENV} ({self._asked()}) can't fire in {len(lines)} run(s) it targets "
+                "(a drill that does nothing would pass as a run that survived it)"
+                f"{hint}:\n  " + "\n  ".join(lines)
+            )
+
+    def _asked(self) -> str:
+        asked = f"rank={self.rank},epoch={self.epoch},kind={self.kind}"
+        return asked if self.seed is None else f"{asked},seed={self.seed}"
 
     def targets(self, run_id: str) -> bool:
         return self.run in (None, run_id)
@@ -158,6 +179,15 @@ class Fault:
         """Why this drill can't fire in a run of `processes` ranks and `epochs` epochs (of the
         seeds `seeds`) that it targets (a drill that does nothing would pass as a run that
         survived it), or None."""
+        problems = self._lacks(processes, epochs, seeds)
+        if not problems:
+            return None
+        hint = "" if self.run else " (name the run it is for with run=<study>/<run>)"
+        return f"{ENV} asks for " + " and ".join(problems) + hint
+
+    def _lacks(self, processes: int, epochs: int, seeds: Sequence[int]) -> list[str]:
+        """What the drill asks for that a run of `processes` ranks, `epochs` epochs and seeds
+        `seeds` (unchecked when empty) lacks."""
         problems = []
         if self.seed is not None and seeds and self.seed not in seeds:
             problems.append(f"seed {self.seed}, but the run trains seeds {list(seeds)}")
@@ -165,10 +195,7 @@ class Fault:
             problems.append(f"rank {self.rank}, but the run has ranks 0-{processes - 1}")
         if self.epoch > epochs:
             problems.append(f"epoch {self.epoch}, but the run trains {epochs} epoch(s)")
-        if not problems:
-            return None
-        hint = "" if self.run else " (name the run it is for with run=<study>/<run>)"
-        return f"{ENV} asks for " + " and ".join(problems) + hint
+        return problems
 
     def hits(self, run_id: str, rank: int, epoch: int, seed: int = 0) -> bool:
         """Whether this fault fires in run `run_id` on `rank` during (1-based) `epoch` of

@@ -19,6 +19,8 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from dmls.config import data_sizes
+
 SCHEMA_PATH = Path(__file__).resolve().parents[4] / "config" / "schemas" / "config.schema.yaml"
 
 
@@ -206,52 +208,60 @@ class RunSpec:
         ]
 
     def check(self) -> None:
-        """Constraints between keys, which the JSON schema can't express clearly."""
+        """SpecError listing every constraint between keys that this spec breaks."""
+        if problems := self.problems():
+            raise SpecError("\n".join(problems))
+
+    def problems(self) -> list[str]:
+        """Constraints between keys, which the JSON schema can't express clearly: one line per
+        broken one, naming its key."""
         where = f"studies.{self.study}.runs.{self.run}"
+        found = []
         if self.launcher == "single" and self.replicas != 1:
-            raise SpecError(
+            found.append(
                 f"{where}: launcher 'single' runs one process on one device, but nodes × "
                 f"nproc_per_node = {self.nodes} × {self.nproc_per_node}; use 'dp', 'torchrun' "
                 "or 'accelerate' for several"
             )
         if self.replica_threads != "per_step" and not self.replicates_in_one_process:
-            raise SpecError(
+            found.append(
                 f"{where}.replica_threads: {self.replica_threads!r} is a setting of launcher "
                 f"'dp' (nn.DataParallel); this run's launcher is {self.launcher!r}"
             )
         if self.sharding != "none" and self.launcher != "torchrun":
-            raise SpecError(
+            found.append(
                 f"{where}.sharding: {self.sharding!r} shards over torchrun's processes (DDP with "
                 f"ZeroRedundancyOptimizer, FSDP2); this run's launcher is {self.launcher!r}"
             )
         if self.sharding in ("gradients", "full") and self.precision == "fp8":
-            raise SpecError(
+            found.append(
                 f"{where}.sharding: {self.sharding!r} (FSDP2) with precision 'fp8' needs "
                 "torchao's float8 all-gather set-up, which the engine does not do; use "
                 "sharding 'none' or 'optimizer' for fp8"
             )
         if self.launcher == "dp" and self.nodes != 1:
-            raise SpecError(
+            found.append(
                 f"{where}: launcher 'dp' (nn.DataParallel) is one process: nodes must be 1"
             )
         if self.seed + self.seeds - 1 > MAX_SEED:
-            raise SpecError(
+            found.append(
                 f"{where}.seed: seeds {self.seed} to {self.seed + self.seeds - 1}, but a seed "
                 f"ends at {MAX_SEED} (2³² − 1, numpy's); use a seed of at most "
                 f"{MAX_SEED - self.seeds + 1}"
             )
         if self.early_stopping_patience and not self.validation_samples:
-            raise SpecError(
+            found.append(
                 f"{where}.early_stopping_patience: {self.early_stopping_patience} watches the "
                 f"validation loss, but {where}.validation_samples is 0 (no validation split); "
                 "hold out the last N training samples with validation_samples: N, or set "
                 "early_stopping_patience: 0 (the test set never decides when to stop)"
             )
         if self.precision == "fp8" and self.batch_size % FP8_MULTIPLE:
-            raise SpecError(
+            found.append(
                 f"{where}.batch_size: fp8 matmuls need every dimension divisible by "
                 f"{FP8_MULTIPLE}, the batch too (weight gradients); got {self.batch_size}"
             )
+        return found
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
@@ -357,13 +367,17 @@ def check_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -
 
 
 def _raise_errors(title: str, errors, prefix: tuple[str, ...]) -> None:
-    lines = [
+    if lines := _error_lines(errors, prefix):
+        raise SpecError(f"{title}:\n  " + "\n  ".join(lines))
+
+
+def _error_lines(errors, prefix: tuple[str, ...]) -> list[str]:
+    """Each schema error explained (`_explain`), in the order of their key paths."""
+    return [
         line
         for error in sorted(errors, key=lambda e: list(map(str, e.absolute_path)))
         for line in _explain(error, prefix)
     ]
-    if lines:
-        raise SpecError(f"{title}:\n  " + "\n  ".join(lines))
 
 
 def _explain(error, prefix: tuple[str, ...]) -> list[str]:
@@ -385,6 +399,8 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
         if not math.isfinite(error.instance):
             return [f"{where}: {error.instance} is not a finite number"]
         if "integer" in (wanted if isinstance(wanted, list) else [wanted]):
+            if not error.instance.is_integer():  # 2.5: no integer is meant
+                return [f"{where}: {error.instance!r} is not a whole number; write an integer"]
             return [f"{where}: {error.instance!r} is not a whole number written as one "
                     f"(write {int(error.instance)})"]  # fmt: skip
     if error.validator == "enum":
@@ -392,6 +408,11 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
         return [f"{where}: {error.instance!r} is not allowed; allowed: {allowed}"]
     if error.validator == "pattern" and (rule := error.schema.get("x-rule")):
         return [f"{where}: {error.instance!r} is not allowed: {rule}"]
+    if "propertyNames" in error.schema_path and error.validator == "maxLength":
+        name, most = error.instance, error.validator_value
+        return [f"{where}: name {name[:24]!r}… is {len(name)} characters long, more than the "
+                f"{most} allowed (a run's name becomes folder and file names, which hold at "
+                "most 255 bytes with the pipeline's suffixes)"]  # fmt: skip
     if "propertyNames" in error.schema_path:
         rule = error.schema.get("description", f"must match {error.validator_value!r}")
         return [f"{where}: name {error.instance!r} is not allowed: {rule}"]
@@ -403,34 +424,46 @@ def resolve_runs(
 ) -> dict[str, RunSpec]:
     """Expand the studies of a (schema-validated) config into run specs keyed '<study>/<run>'.
 
-    Under `strict`, a run whose spec pins the CPU yet asks for what only a GPU does is an
-    error here, before any job starts: it could only be skipped, which strict forbids.
+    Raises one SpecError listing every problem of every run, each naming its key: the schema's
+    errors, the constraints between keys (`RunSpec.problems`), a batch the training set can't
+    fill where its size is known before the data is read (dmls.config.data_sizes), a
+    `baseline` that is no run. Under `strict`, a run whose spec pins the CPU yet asks for what
+    only a GPU does is an error here too: it could only be skipped, which strict forbids.
     """
-    validator = run_validator(schema or load_schema())
+    schema = schema or load_schema()
+    validator = run_validator(schema)
     runs: dict[str, RunSpec] = {}
+    problems: list[str] = []
     for study, definition in config["studies"].items():
         for run, overrides in (definition.get("runs") or {}).items():
             merged = deep_merge(config["defaults"], definition.get("base") or {}, overrides or {})
             if config.get("seeds") is not None:  # the command line's `--config seeds=N`
                 merged["seeds"] = config["seeds"]
             prefix = ("studies", study, "runs", run)
-            _raise_errors("invalid run spec", validator.iter_errors(merged), prefix)
-            runs[f"{study}/{run}"] = RunSpec.from_dict({"study": study, "run": run, **merged})
+            if errors := _error_lines(validator.iter_errors(merged), prefix):
+                problems += errors
+                continue
+            spec = _build(RunSpec, {"study": study, "run": run, **merged}, ".".join(prefix))
+            problems += spec.problems()
+            problems += data_sizes.problems(spec, config.get("data") or {}, schema)
+            runs[spec.run_id] = spec
     for study, definition in config["studies"].items():
         baseline = definition.get("baseline")
-        names = [spec.run for spec in runs.values() if spec.study == study]
+        names = list(definition.get("runs") or {})
         if baseline is not None and names and baseline not in names:
-            raise SpecError(
+            problems.append(
                 f"studies.{study}.baseline: {baseline!r} is not one of its runs {names}"
             )
-    if config.get("strict"):
-        conflicts = [line for spec in runs.values() for line in spec.cpu_conflicts()]
-        if conflicts:
-            raise SpecError(
-                "strict: true, but these runs pin device 'cpu' and ask for what only a GPU "
-                "does, so they could only be skipped (set strict: false to record them as "
-                "skipped):\n  " + "\n  ".join(conflicts)
-            )
+    conflicts = [line for spec in runs.values() for line in spec.cpu_conflicts()]
+    message = ["invalid run spec:\n  " + "\n  ".join(problems)] if problems else []
+    if config.get("strict") and conflicts:
+        message.append(
+            "strict: true, but these runs pin device 'cpu' and ask for what only a GPU "
+            "does, so they could only be skipped (set strict: false to record them as "
+            "skipped):\n  " + "\n  ".join(conflicts)
+        )
+    if message:
+        raise SpecError("\n".join(message))
     return runs
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
+from dmls.config import data_sizes
 from dmls.config.spec import RunSpec, SpecError
 from dmls.data import datasets
 from dmls.data.device_resident import CROP_PADDING, BatchAugment, DeviceBatches, DeviceLoader
@@ -223,7 +224,7 @@ def _splits(spec: RunSpec, ds: datasets.Dataset) -> tuple[Arrays, Arrays, Arrays
                 f"studies.{spec.study}.runs.{spec.run}.validation_samples: "
                 f"{spec.validation_samples} of the {len(y_train)} training samples held out "
                 f"leave {max(keep, 0)} to train, fewer than one step's batch of {step_samples}; "
-                f"use at most {len(y_train) - step_samples}"
+                f"use at most {len(y_train) - step_samples} ({data_sizes.FOUND_IN_THE_JOB})"
             )
         x_train, x_val = x_train[:keep], x_train[keep:]
         y_train, y_val = y_train[:keep], y_train[keep:]
