@@ -130,6 +130,25 @@ def test_a_factor_asked_for_but_not_applied_is_said_not_to_explain_the_differenc
     assert "same arithmetic" not in said  # (bf16 computed in bf16)
 
 
+def test_a_model_trained_bare_against_one_inside_ddp_is_said_where_the_launcher_is_the_factor():
+    """Before: B2's "1 × 1 1.40× (1.05–1.87×), faster" left out that at one process accelerate
+    trains the model bare while torchrun's code wraps it in DDP, whose all-reduce hooks double a
+    step of B's MLP even at world size 1 (bench/b_alone.py)."""
+    acc = fake_metrics("acc", launcher="accelerate", device="cpu", backend="gloo", epochs=3,
+                       spread=(0.9, 1.0, 1.1))  # fmt: skip
+    run = fake_metrics("run", launcher="torchrun", device="cpu", backend="gloo", epochs=3,
+                       spread=(0.9, 1.0, 1.1))  # fmt: skip
+    acc["step"]["wrapper"], run["step"]["wrapper"] = "none", "DistributedDataParallel"
+    s = study(acc, run)
+    said = str(comparisons.compare(s, "acc", "run", "samples_per_s", ["launcher"]))
+    assert "the two also differ in model wrapper (none vs DistributedDataParallel)" in said
+    # Where the processes are the factor (A1: one GPU against DDP), the wrapper is by design.
+    said = str(
+        comparisons.compare(s, "acc", "run", "samples_per_s", ["launcher", "nproc_per_node"])
+    )
+    assert "model wrapper" not in said
+
+
 def test_memory_is_compared_over_warm_seeds_and_says_what_each_first_seed_held_more():
     """Before: "the same in every seed, no interval" where seed 0 of a graph job measured
     28–59 MiB more (cuDNN's autotuning in a process's first seed)."""

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, needs_browser, validated
+from dmls import record
 from dmls.config.spec import resolve_runs
 from dmls.files import read_json
 from dmls.summary import read as read_summary
@@ -214,7 +215,8 @@ def test_replaced_prepared_arrays_rerun_the_runs_that_read_them(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(
         f"results_dir: {tmp_path}\n"
-        "data: {tabular: {synthetic: {n_train: 64, n_test: 32, seed: 0}}}\n"
+        # (128: B's 2 × 2 runs take 4 × 32 samples a step, refused before any job on fewer)
+        "data: {tabular: {synthetic: {n_train: 128, n_test: 32, seed: 0}}}\n"
     )
     settings = ("--configfile", str(config))
     arrays = tmp_path / "data" / "tabular.npz"
@@ -348,6 +350,19 @@ def test_the_test_config_runs_end_to_end(dag):
     # The B3 fp16 run through accelerate on a CPU is honest about what it computed in.
     b3 = runs[(runs["study"] == "cluster_precision") & (runs["run"] == "fp16_n1xp1")].iloc[0]
     assert b3["effective_precision"] == "fp32"
+    # What the model trained inside, as B2's 1 × 1 comparison names it: bare under accelerate's
+    # one process, in DDP under torchrun's code (world size 1 or not).
+    wrappers = {
+        (study, run): record.read(results / "runs" / study / run / "metrics.json")["step"]
+        for study in ("cluster_torchrun", "cluster_accelerate") for run in ("n1xp1", "n1xp2")
+    }  # fmt: skip
+    wrappers = {key: step["wrapper"] for key, step in wrappers.items()}
+    assert wrappers == {
+        ("cluster_torchrun", "n1xp1"): "DistributedDataParallel",
+        ("cluster_torchrun", "n1xp2"): "DistributedDataParallel",
+        ("cluster_accelerate", "n1xp1"): "none",
+        ("cluster_accelerate", "n1xp2"): "DistributedDataParallel",
+    }
     run_dir = results / "runs" / "parallelism" / "ddp_2gpu"
     # Two seeds (.test config): a model per seed.
     assert (run_dir / "history.csv").exists()

@@ -284,7 +284,8 @@ def ran(metrics: dict[str, Any]) -> dict[str, Any]:
     run asked for a graph steps eagerly: `step` is then "eager"), and what the spec implies
     that changes training too (`IMPLIED`): the global batch (half the optimizer steps per
     epoch at twice the batch), the CUDA graphs its step captured (gradient accumulation
-    captures a second), the Linear layers it ran in fp8."""
+    captures a second), the Linear layers it ran in fp8, and the wrapper its model trained in
+    (DDP's all-reduce hooks cost a step even at one process)."""
     flat = flatten(metrics["spec"])
     if taken := step_taken(metrics):
         flat["step"] = taken
@@ -293,6 +294,8 @@ def ran(metrics: dict[str, Any]) -> dict[str, Any]:
     if step.get("mode") == "cuda_graph":
         flat["CUDA graphs captured"] = step.get("graphs")
     flat["Linear layers in fp8"] = metrics.get("fp8_linear_layers") or 0
+    if wrapper := step.get("wrapper"):
+        flat["model wrapper"] = wrapper
     return flat
 
 
@@ -302,6 +305,9 @@ IMPLIED = {
     "global batch": {"batch_size", "grad_accum_steps"},
     "CUDA graphs captured": {"step"},
     "Linear layers in fp8": set(),
+    # The processes decide it (one process trains bare under accelerate, inside DDP under
+    # torchrun's code): a launcher alone does not.
+    "model wrapper": {"nproc_per_node", "nodes", "sharding", "replica_threads"},
 }
 
 

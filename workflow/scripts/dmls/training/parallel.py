@@ -194,11 +194,18 @@ class SingleDevice:
         """The model as it trains (wrapped), and the optimizer and scheduler that step it."""
         fp16 = self.spec.precision == "fp16"
         self.scaler = torch.amp.GradScaler(self.process.device.type, enabled=fp16)
-        self.module = self._wrap(model)
+        self.bare, self.module = model, self._wrap(model)
         return self.module, optimizer, scheduler
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         return model
+
+    def wrapper(self) -> str:
+        """What the prepared model trains inside, for the record: the wrapper's class
+        (DistributedDataParallel, DataParallel, ...), or "none" for the bare model. At one
+        process accelerate leaves the model bare while torchrun's code wraps it in DDP, whose
+        per-step all-reduce hooks double a step of B's small MLP (bench/b_alone.py)."""
+        return "none" if self.module is self.bare else type(self.module).__name__
 
     def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce (the micro-steps before an optimizer step)."""
@@ -371,6 +378,9 @@ class FullyShardedDataParallel(Distributed):
     def _wrap(self, model: nn.Module) -> nn.Module:
         return model  # `shard` made it FSDP2's, in place
 
+    def wrapper(self) -> str:
+        return "fully_shard (FSDP2)"  # (in place: the model is its own wrapper)
+
     @contextlib.contextmanager
     def _unsynced(self):
         self.module.set_requires_gradient_sync(False)
@@ -463,6 +473,7 @@ class Accelerate(SingleDevice):
         acc = self.accelerator
         if acc.scaler is not None:  # each seed starts from the initial loss scale
             acc.scaler.load_state_dict(self.fresh_scaler)
+        self.bare = model
         if scheduler is None:
             self.module, optimizer = acc.prepare(model, optimizer)
         else:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from dmls.config import data_sizes
 from dmls.config.spec import RunSpec, SpecError
 from dmls.data.loaders import make_loaders
 from dmls.training import checkpoint, energy
@@ -134,7 +135,7 @@ class Trainer:
                 f"studies.{spec.study}.runs.{spec.run}.batch_size: {spec.batch_size} per replica "
                 f"× {spec.replicas} replica(s) = {step_samples} samples per step, but the "
                 f"training set has {data.n_train}{held_out}; use at most "
-                f"{data.n_train // spec.replicas}"
+                f"{data.n_train // spec.replicas} ({data_sizes.FOUND_IN_THE_JOB})"
             )
         micro_batches = len(data.train)
         if spec.grad_accum_steps > micro_batches:
@@ -143,7 +144,7 @@ class Trainer:
                 f"studies.{spec.study}.runs.{spec.run}.grad_accum_steps: {spec.grad_accum_steps}"
                 f" micro-batches per optimizer step, but an epoch has {micro_batches} per rank "
                 f"({data.n_train} samples, {self.strategy.samples_per_step} per micro-batch); "
-                f"use at most {micro_batches}"
+                f"use at most {micro_batches} ({data_sizes.FOUND_IN_THE_JOB})"
             )
 
     def _build_model(self) -> None:
@@ -482,6 +483,7 @@ class Trainer:
             "requested": self.spec.step,
             "compiled": self.step.compiled,
             "memory_format": "channels_last" if channels_last else "contiguous",
+            "wrapper": self.strategy.wrapper(),
         } | self.step.record()
 
 
