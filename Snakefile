@@ -16,7 +16,7 @@ min_version("9.0")
 
 # A YAML syntax error or a key given twice, with its file and line, before Snakemake reads the
 # file. (A --configfile with a syntax error fails earlier, in Snakemake's command line, which
-# names neither: the README gives the one-line check.)
+# names neither: tools/check_config.py does.)
 for _path in ["config/config.yaml", *workflow.overwrite_configfiles]:
     if _problems := config_file_problems(Path(_path)):
         raise SpecError("invalid config file:\n  " + "\n  ".join(_problems))

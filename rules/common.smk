@@ -1,5 +1,7 @@
 # Helpers shared by the rules: the config expanded into runs, and per-run inputs/resources.
 
+import time
+
 from snakemake.exceptions import WorkflowError
 
 # Parse time imports only what declares the DAG, none of it torch or matplotlib
@@ -239,13 +241,29 @@ def run_threads(wildcards):
 
 
 def check_slurm_status_checks():
-    """Under Slurm, fail now with the fix rather than wait forever for jobs that ended."""
+    """Under Slurm, fail now with the fix rather than wait forever for jobs that ended; on a
+    machine where no Slurm answers, say so and what to run instead (before: a SlurmError
+    traceback about scontrol)."""
+    import shutil
+
+    from dmls.supervisor.slurm import SlurmError
+
     if workflow.executor_plugin.name != "slurm":
         return
-    settings = workflow.executor_settings
-    problem = status_check_problem(
-        settings.status_command, settings.init_seconds_before_status_checks
+    instead = (
+        "--profile profiles/slurm submits every job to Slurm, but no Slurm cluster answers "
+        "here ({}). On a machine without Slurm run `snakemake --cores 4` instead (README: "
+        "Which config to use); on a cluster, run from a node where `sinfo` works."
     )
+    if shutil.which("sbatch") is None:
+        raise WorkflowError(instead.format("sbatch not found"))
+    settings = workflow.executor_settings
+    try:
+        problem = status_check_problem(
+            settings.status_command, settings.init_seconds_before_status_checks
+        )
+    except SlurmError as e:
+        raise WorkflowError(instead.format(str(e).splitlines()[0])) from None
     if problem:
         raise WorkflowError(problem)
 
@@ -307,27 +325,50 @@ def release_results_dir():
         RESULTS_CLAIM.pop().close()
 
 
+def say_what_will_be_replaced():
+    """Finished runs whose settings changed since (`--config seeds=1` on a finished folder)
+    are trained again and replaced: say so before any job starts."""
+    from dmls.report import outcome
+
+    planned = {run_id: spec.to_dict() for run_id, spec in RUNS.items()}
+    if note := outcome.replaced(planned, Path(RESULTS)):
+        print(note, file=sys.stderr)
+
+
 onstart:
     claim_results_dir()
     check_slurm_status_checks()
     check_fault_drill()
     advise_bytecode_cache()
     advise_cores()
+    say_what_will_be_replaced()
 
 
-def print_outcome():
-    """How the runs ended: Snakemake's "100% done" counts jobs, and a skipped run's succeeds."""
+# When this invocation started: a report older than this was built by an earlier one.
+STARTED = time.time()
+
+
+def print_outcome(stopped):
+    """How the runs and special studies ended: Snakemake's "100% done" counts jobs, and a
+    skipped run's succeeds; where the DAG stopped, what it kept and how to go on."""
     from dmls.report import outcome
 
     page = Path(RESULTS) / "report" / "report.html"
-    print(outcome.summary(all_run_metrics(), page), file=sys.stderr)
+    said = outcome.summary(
+        all_run_metrics(),
+        page,
+        special_study_outputs(),
+        started=STARTED,
+        stopped=stopped,
+    )
+    print(said, file=sys.stderr)
 
 
 onsuccess:
-    print_outcome()
+    print_outcome(stopped=False)
     release_results_dir()
 
 
 onerror:
-    print_outcome()
+    print_outcome(stopped=True)
     release_results_dir()

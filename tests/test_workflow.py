@@ -99,6 +99,29 @@ def test_each_local_run_gets_the_cores_its_isolation_gives():
     assert set(threads(32, "host").values()) == {32}
 
 
+def test_the_slurm_profile_where_no_slurm_answers_says_what_to_run_instead(tmp_path):
+    """Before: a SlurmError traceback about scontrol. Slurm's commands are hidden from PATH
+    (a copy of /usr/bin without them), as on a machine without Slurm."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    slurm = {"sbatch", "srun", "scontrol", "sinfo", "sacct", "squeue", "scancel"}
+    for tool in Path("/usr/bin").iterdir():
+        if tool.name not in slurm:
+            (bin_dir / tool.name).symlink_to(tool)
+    out = subprocess.run(
+        [str(BIN / "snakemake"), "--profile", "profiles/slurm", "--configfile",
+         ".test/config.yaml", "--config", f"results_dir={tmp_path / 'results'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=os.environ | {"PATH": f"{BIN}:{bin_dir}"},
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "no Slurm cluster answers here (sbatch not found)" in out.stderr, out.stderr[-2000:]
+    assert "snakemake --cores 4" in out.stderr and "SlurmError" not in out.stderr
+    assert not (tmp_path / "results" / "runs").exists()  # (no job started)
+
+
 def test_a_bad_config_stops_snakemake_before_any_job_with_the_key_and_what_is_allowed(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("studies:\n  optimizer: {runs: {lamb: {optimizer: {name: lamb}}}}\n")
@@ -205,6 +228,44 @@ def planned_jobs(*args: str) -> dict[str, str]:
         elif rule and (m := re.match(r"\s+reason: (.*)$", line)):
             jobs[rule], rule = m[1], None
     return jobs
+
+
+def test_a_finished_run_whose_settings_changed_is_said_to_be_replaced_before_it_trains(tmp_path):
+    """Before: `--config seeds=1` on a finished folder retrained every run and replaced its
+    results without a word first. One tiny B run, finished, then asked for with one seed."""
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"results_dir: {tmp_path}\n"
+        "data: {tabular: {synthetic: {n_train: 128, n_test: 32, seed: 0}}}\n"
+        "studies: {cluster_torchrun: {base: {epochs: 1}}}\n"
+    )
+    run = tmp_path / "runs" / "cluster_torchrun" / "n1xp1" / "metrics.json"
+    settings = ("--configfile", str(config), "--cores", "1")
+    out = snakemake(str(run), *settings, "--config", "seeds=2", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "will train again" not in out.stderr
+    out = snakemake(str(run), *settings, "--config", "seeds=1", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = out.stderr[: out.stderr.index("cluster_torchrun/n1xp1/train.log")]  # before the job
+    assert (f"1 run(s) with results in {tmp_path} will train again and replace them: their "
+            "settings changed since (seeds 2 → 1 (1 run(s))).") in said  # fmt: skip
+    # Stopped with Ctrl-C while the run trains, the DAG says what it kept and how to go on.
+    import signal
+
+    log = run.parent / "train.log"
+    log.unlink()  # (the finished run's: wait for the new one's first epoch)
+    stopping = subprocess.Popen(
+        [str(BIN / "snakemake"), str(run), *settings, "--forcerun", "train", "--config",
+         "seeds=2"],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while "epoch" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stopping.send_signal(signal.SIGINT)
+    _, stderr = stopping.communicate(timeout=300)
+    kept = "The DAG stopped before its end: every finished run and study is kept"
+    assert kept in stderr, stderr[-3000:]
 
 
 def test_replaced_prepared_arrays_rerun_the_runs_that_read_them(tmp_path):
