@@ -401,8 +401,10 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     """graph's first seed peaks at 1.2 × 300 MiB, its later ones at 300 (cuDNN's autotuning,
     paid once per process): the run's peak is the warm process's seeds', 300 MiB, with an
     interval of zero width (both agree), and the observation names the first seed's 60 MiB
-    more; flat's seeds agree, so it is not named. A kept seed (trained in an earlier process)
-    is not a first seed of this one."""
+    more; flat's seeds agree, so it is not named. A kept seed (the first of an earlier
+    process) is left out too, and the excess is over every seed left out (one definition,
+    record.first_seed_excess): kept's seeds 0 (360, kept) and 1 (300, the first of this
+    process) against its warm seed 2 (300), 30 MiB."""
     metrics = [
         fake_metrics("flat", launcher="single", epochs=3, spread=(1.0, 1.0, 1.0)),
         fake_metrics("graph", epochs=3, spread=(1.2, 1.0, 1.0)),
@@ -427,7 +429,7 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     assert observations.memory_per_job(study) == [
         "GPU memory is each run's mean over the seeds of a warm process (each job's seeds after "
         "its first), with its interval over them. The first seed of a job peaked higher, by "
-        "graph 60.0 MiB: with graph or compiled steps it "
+        "graph 60.0 MiB, kept 30.0 MiB: with graph or compiled steps it "
         "pays cuDNN's autotuning (cudnn.benchmark), which tries several algorithms per new "
         "shape, each with its workspace; the later seeds reuse the tuned plans "
         "(bench/seed_memory.py reproduces it with autotuning on and off). A job of one seed "

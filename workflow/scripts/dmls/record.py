@@ -359,6 +359,23 @@ def counted_values(record: dict[str, Any], metric: str, rule: str | None = None)
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
 
+def first_seed_excess(seeds: list[dict[str, Any]], metric: str) -> float | None:
+    """The one definition of how much more a process's first seed measured: the mean of
+    `metric` over the finished seeds that started a process (`warm_seeds`' complement: the
+    first of each process, kept ones included) minus its mean over the seeds `counted_seeds`
+    counts; None where those are not warm seeds (every seed counts) or a side has no value."""
+    record = {"seeds": seeds}
+    warm, counted = set(warm_seeds(record)), counted_seeds(record, metric)
+    if not warm or not set(counted) <= warm:
+        return None
+    cold = [k for k, seed in enumerate(seeds) if k not in warm and seed["status"] == "ok"]
+    cold_values = [v for k in cold if (v := seed_value(seeds[k], metric)) is not None]
+    counted_values_ = [v for k in counted if (v := seed_value(seeds[k], metric)) is not None]
+    if not cold_values or not counted_values_:
+        return None
+    return statistics.fmean(cold_values) - statistics.fmean(counted_values_)
+
+
 def timed_seeds(record: dict[str, Any]) -> list[int]:
     """The seeds whose time and energy to a target are compared (`counted_seeds` of TO_TARGET).
 
@@ -402,17 +419,18 @@ def summary(seeds: list[dict[str, Any]]) -> dict[str, Any]:
 def warm_peak(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     """A run's peak GPU memory: the seed with the lowest allocated peak (a warm process's) and
     its peaks, each GPU's too, so that the run's largest and per-GPU numbers come from the same
-    seed; and how far the first seed its process trained peaked above the later ones."""
+    seed; and how far the first seed of a process peaked above the warm seeds
+    (`first_seed_excess`)."""
     metric = MEMORY_METRICS[0]
     measured = [k for k, s in enumerate(seeds) if s.get(metric) is not None]
     best = min(measured, key=lambda k: seeds[k][metric], default=None)
     chosen = seeds[best] if best is not None else {}
-    fresh = [s[metric] for s in seeds if not s["kept"] and s.get(metric) is not None]
+    excess = first_seed_excess(seeds, metric)
     return {
         "seed": None if best is None else chosen["seed"],
         **{m: chosen.get(m) for m in MEMORY_METRICS},
         "peak_gpu_mem_allocated_per_gpu_bytes": chosen.get("peak_gpu_mem_allocated_per_gpu_bytes"),
-        "first_seed_excess_bytes": fresh[0] - min(fresh[1:]) if len(fresh) > 1 else None,
+        "first_seed_excess_bytes": None if excess is None else round(excess),
     }
 
 

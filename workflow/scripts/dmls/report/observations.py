@@ -226,8 +226,8 @@ def memory_per_job(study: Study) -> list[str]:
         return []
     tuned, other = [], []
     for run, row in study.ok.iterrows():
-        excess = study.metrics[run]["memory"]["first_seed_excess_bytes"]
-        if excess is not None and excess >= 0.05 * MIB:
+        excess = study.numbers[run].first_seed_excess(column)
+        if excess >= 0.05 * MIB:
             text = f"{run} {excess / MIB:.1f} MiB"
             (tuned if str(row["step_mode"]).startswith("cuda_graph") else other).append(text)
     line = (

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from dmls import record, stats
 
 
@@ -52,18 +50,8 @@ class RunNumbers:
 
     def first_seed_excess(self, metric: str) -> float:
         """How much more a process's first seed measured than the warm seeds `metric` counts
-        (their means' difference; 0 where no seed was left out)."""
-        warm = set(record.warm_seeds(self.record))
-        if not warm or not set(self.counted(metric)) <= warm:
-            return 0.0
-        cold = [
-            value
-            for k, seed in enumerate(self.record["seeds"])
-            if k not in warm and seed["status"] == "ok"
-            and (value := record.seed_value(seed, metric)) is not None
-        ]  # fmt: skip
-        counted = self.values(metric)
-        return float(np.mean(cold)) - float(np.mean(counted)) if cold and counted else 0.0
+        (record.first_seed_excess, the one definition; 0 where no seed was left out)."""
+        return record.first_seed_excess(self.record["seeds"], metric) or 0.0
 
     @property
     def eager(self) -> bool:
