@@ -335,12 +335,25 @@ def say_what_will_be_replaced():
         print(note, file=sys.stderr)
 
 
+def say_what_this_host_will_run():
+    """On this host (not under Slurm, whose nodes are not this one): the runs it will train
+    and skip, with why, before any job (the host's facts are asked once per boot, as the
+    runs' own checks ask them: supervisor/hardware.py)."""
+    from dmls.supervisor.hardware import host_facts, plan
+
+    if workflow.executor_plugin.name == "slurm":
+        return
+    host, _ = host_facts(Path(RESULTS) / "hosts")
+    print(plan(RUNS, host), file=sys.stderr)
+
+
 onstart:
     claim_results_dir()
     check_slurm_status_checks()
     check_fault_drill()
     advise_bytecode_cache()
     advise_cores()
+    say_what_this_host_will_run()
     say_what_will_be_replaced()
 
 

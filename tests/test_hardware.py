@@ -111,3 +111,24 @@ def test_a_skip_advises_the_cpu_preset_only_to_a_run_that_does_not_pin_the_cpu_a
     assert "or use the CPU preset (--configfile config/cpu.yaml)" in missing_requirement(
         default, no_gpu, nodes_here=1
     )
+
+
+def test_the_dags_start_says_what_this_host_can_train_and_skips_with_why():
+    """Issue "The DAG's long poles" (a user knows what will run): on a host without a GPU,
+    the DDP and NCCL runs are skipped, each reason once with its count."""
+    cpu = Host("box", 2, (), (), False)
+    runs = {
+        "a/cpu": make_spec(run="cpu", device="cpu", backend="gloo"),
+        "a/nccl": make_spec(run="nccl", device="auto", backend="nccl", launcher="torchrun"),
+        "a/nccl2": make_spec(run="nccl2", device="auto", backend="nccl", launcher="torchrun"),
+    }
+    said = hardware.plan(runs, cpu).splitlines()
+    assert said[0] == (
+        "This host (box: no GPU, 2 CPUs) can train 1 of the config's 3 runs; it skips 2, each "
+        "with its reason:"
+    )
+    assert said[1].startswith("  2 skipped — backend 'nccl' runs on CUDA devices only")
+    gpu = Host("gpus", 16, ("H200", "H200"), ((9, 0), (9, 0)), True)
+    assert hardware.plan(runs, gpu) == (
+        "This host (gpus: 2 GPU(s) ['H200', 'H200'], 16 CPUs) can train all 3 runs of the config."
+    )

@@ -126,6 +126,25 @@ def missing_requirement(spec: RunSpec, host: Host, *, nodes_here: int) -> str | 
     return None
 
 
+def plan(runs: dict[str, RunSpec], host: Host) -> str:
+    """What this host can train and must skip of `runs` (run id -> spec), said when the DAG
+    starts: the host, how many runs it can train, and each reason it can't with its runs'
+    count; every node of a run is emulated here (`missing_requirement` with all its nodes).
+    Data that can't be had is found later, by `prepare_data`, and skipped with its reason."""
+    skipped: dict[str, list[str]] = {}
+    for run_id, spec in runs.items():
+        if why := missing_requirement(spec, host, nodes_here=spec.nodes):
+            skipped.setdefault(why, []).append(run_id)
+    gpus = f"{host.gpu_count} GPU(s) {list(host.cuda_devices)}" if host.gpu_count else "no GPU"
+    ran = len(runs) - sum(map(len, skipped.values()))
+    head = f"This host ({host.hostname}: {gpus}, {host.cpu_count} CPUs) can train"
+    if not skipped:
+        return f"{head} all {len(runs)} runs of the config."
+    lines = [f"{head} {ran} of the config's {len(runs)} runs; it skips {len(runs) - ran}, each "
+             "with its reason:"]  # fmt: skip
+    return "\n".join(lines + [f"  {len(ids)} skipped — {why}" for why, ids in skipped.items()])
+
+
 def describe() -> dict:
     """Host and software facts recorded with every run."""
     import accelerate
