@@ -11,7 +11,11 @@ from dmls.config.spec import resolve_runs
 from dmls.config.studies import baseline_run, run_labels
 from dmls.data import datasets
 from dmls.report import captions
-from dmls.supervisor.slurm import job_resources, status_check_problem
+from dmls.supervisor.slurm import (
+    job_resources,
+    status_check_problem,
+    study_job_resources,
+)
 
 RESULTS = config["results_dir"]
 STUDIES_DIR = f"{RESULTS}/studies"
@@ -205,6 +209,23 @@ def run_resource(name):
     def resource(wildcards, attempt):
         resources = job_resources(run_spec(wildcards), config["cluster"], attempt)
         return resources.rule_resources(on_cluster=on_cluster())[name]
+
+    return resource
+
+
+def collectives_resource(name):
+    """One of the collectives job's resources (dmls.supervisor.slurm.study_job_resources), as
+    the Slurm executor plugin names it. Where a setup places its ranks on Slurm nodes
+    (`gloo-cpu-slurm`), the job asks for 2 nodes, one task each: its srun steps then run
+    inside its allocation (with 1 node, `srun --nodes 2` failed)."""
+
+    def resource(wildcards, attempt):
+        cfg = config["special_studies"]["collectives"]
+        nodes = 2 if any(s.endswith("-slurm") for s in cfg["setups"]) else 1
+        job = study_job_resources(
+            max(cfg["processes"]), nodes, config["cluster"], attempt
+        )
+        return job.rule_resources(on_cluster=on_cluster())[name]
 
     return resource
 

@@ -194,6 +194,14 @@ rule collectives:
     conda:
         "../envs/pipeline.yaml"
     threads: special_study_threads("collectives")
+    # Under Slurm: the nodes its srun steps span, and the cores of its ranks on each.
+    resources:
+        nodes=collectives_resource("nodes"),
+        tasks=collectives_resource("tasks"),
+        mpi=collectives_resource("mpi"),
+        cpus_per_task=collectives_resource("cpus_per_task"),
+        mem_mb=collectives_resource("mem_mb"),
+        runtime=collectives_resource("runtime"),
     params:
         study="collectives",
         timed=True,  # reserves its cores and its GPUs, where there are any

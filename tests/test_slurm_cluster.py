@@ -232,3 +232,55 @@ def test_a_failing_job_is_reported_failed_promptly(slurm_cluster, tmp_path):
     assert "cluster_torchrun/n1xp1 is being trained by another workflow" in text
     assert not (results / "runs" / "cluster_torchrun" / "n1xp1" / "metrics.json").exists()
     assert seconds < 180
+
+
+def test_the_collectives_sweep_runs_its_slurm_parts_inside_its_2_node_job(slurm_cluster, tmp_path):
+    """A5 explained through the profile: its job asks for the 2 nodes its `gloo-cpu-slurm`
+    setups' srun steps span (rules/studies.smk), so they run inside its allocation. Before: the
+    job got 1 node, each such part failed ("Only allocated 1 nodes asked for 2") as
+    "launcher exited with codes [1]", and Snakemake exited 0."""
+    overlay = tmp_path / "collectives.yaml"
+    setups = {"setups": ["gloo-cpu", "gloo-cpu-slurm"], "processes": [2, 4]}
+    overlay.write_text(yaml.safe_dump({"special_studies": {"collectives": setups}}))
+    summary = tmp_path / "studies" / "collectives" / "summary.json"
+    out, seconds = on_slurm(
+        tmp_path, "--configfile", ".test/config.yaml", str(overlay), "--config",
+        f"results_dir={tmp_path}", "--", str(summary), timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-5000:]
+    (job_id,) = re.findall(
+        r"submitted with SLURM jobid (\d+) \(log: \S+/rule_collectives/", out.stderr
+    )
+    job = subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True
+    ).stdout
+    # 2 nodes, one task each with the cores of 4 ranks (cluster.cpus_per_process: 1).
+    assert "NumNodes=2 " in job and "NumTasks=2 " in job and "CPUs/Task=4 " in job
+    result = read_json(summary)
+    assert result["status"] == "ok", result["rows"]
+    slurm = [r for r in result["rows"] if r["placement"] == "slurm"]
+    sizes = [4 * 16**k for k in range(6)]  # .test: 4 B to 4 MiB, by 16
+    assert sorted((r["processes"], r["op"], r["size_bytes"]) for r in slurm) == sorted(
+        (n, op, size) for n in (2, 4) for op in ("all_reduce", "all_gather", "reduce_scatter")
+        for size in sizes
+    )  # fmt: skip
+    assert all(r["status"] == "ok" and r["busbw_gb_s"] > 0 for r in slurm), slurm
+    host = [r for r in result["rows"] if r["placement"] == "host"]
+    assert len(host) == len(slurm) and all(r["status"] == "ok" for r in host)
+    assert seconds < 300
+
+
+def test_in_a_1_node_job_the_slurm_sweep_is_skipped_naming_the_job(slurm_cluster):
+    """Inside an allocation srun can't leave it: with 1 node the 2-node sweep can't run, and
+    says why (before: srun's "Only allocated 1 nodes asked for 2" as a failed part)."""
+    probe = "from dmls.special.collectives import no_slurm_nodes; print(no_slurm_nodes())"
+    out = subprocess.run(
+        ["srun", "--nodes", "1", "--ntasks", "1", sys.executable, "-c", probe],
+        env=os.environ | {"PYTHONPATH": str(ROOT / "workflow" / "scripts")},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert re.fullmatch(
+        r"Slurm job \d+ has 1 node \(node[12]\), its srun steps can't span 2: submit the study "
+        r"with 2 nodes \(profiles/slurm does\)\n",
+        out.stdout,
+    ), out.stdout

@@ -42,6 +42,7 @@ from dmls.data import datasets
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.protocol import as_rank
 from dmls.special import error_line, ranks
+from dmls.supervisor.slurm import SlurmError, SlurmJob
 from dmls.training.models import course_cnn
 
 log = logging.getLogger(__name__)
@@ -201,9 +202,22 @@ def unavailable(backend: str, device: str, world: int, placement: str = "host") 
 
 
 def no_slurm_nodes() -> str | None:
-    """Why no srun step can span 2 nodes from here, or None."""
+    """Why no srun step can span 2 nodes from here, or None. Inside a Slurm job the step runs
+    in the job's allocation, which must hold 2 nodes (the Slurm profile asks for them:
+    rules/studies.smk); elsewhere srun asks the cluster for them."""
     if shutil.which("srun") is None:
         return "no Slurm cluster here (srun not found)"
+    if job_id := os.environ.get("SLURM_JOB_ID"):
+        try:
+            job = SlurmJob.current()
+        except SlurmError as e:
+            return f"can't tell the nodes of Slurm job {job_id}: {e}"
+        if job is not None and len(job.nodes) < 2:
+            return (
+                f"Slurm job {job_id} has {len(job.nodes)} node ({', '.join(job.nodes)}), its "
+                "srun steps can't span 2: submit the study with 2 nodes (profiles/slurm does)"
+            )
+        return None
     try:
         out = subprocess.run(["sinfo", "--noheader", "--format", "%D"], capture_output=True,
                              text=True, timeout=30, check=True).stdout  # fmt: skip

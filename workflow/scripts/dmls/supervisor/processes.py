@@ -33,6 +33,15 @@ LOST_PEER = re.compile(r"closed by peer|reset by peer|broken pipe|timed out|time
 ELASTIC_FAILURE = re.compile(
     r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M
 )
+# srun's own errors ("srun: error: Only allocated 1 nodes asked for 2"), as opposed to the
+# lines in which it reports a task's exit ("srun: error: node2: task 1: Exited with exit code
+# 1"): that is a rank's failure, which the ranks' reports and the launcher's summary explain.
+SRUN_ERROR = re.compile(r"^srun: (?:error|fatal): (.+?)\s*$", re.M)
+SRUN_TASK_EXIT = re.compile(r"^\S+: tasks? [\d,-]+: ")
+# srun could not start a step's task on a node (its slurmd gone as the job started): the node
+# failed, not the run. "Task launch for StepId=184.0 failed on node node2: Communication
+# connection failure"
+LAUNCH_FAILED = re.compile(r"Task launch for StepId=\S+ failed on node ([^\s:]+):")
 # How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
 STOP_GRACE_S = 15
 POLL_S = 0.2
@@ -151,6 +160,10 @@ def failure_reason(
             else f"exited with code {code}"
         )
         return f"rank {rank} {how} without a Python error (see the end of {log_name}){then}"
+    # srun's own error: a step it could not create or start (a node lost, too few nodes in
+    # the allocation), or a node that failed under it. Its peers' lost connections follow.
+    if errors := srun_errors(launcher_output):
+        return f"srun: {errors[0]}{then}"
     if reports:
         return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
     # SIGTERM with no failure before it: the launcher stops peers only after a failure, so the
@@ -177,3 +190,19 @@ def elastic_exit_codes(launcher_output: str) -> dict[int, int]:
     for rank, code in ELASTIC_FAILURE.findall(launcher_output):
         codes.setdefault(int(rank), int(code))
     return codes
+
+
+def srun_errors(launcher_output: str) -> list[str]:
+    """srun's own error messages in `launcher_output`, first first, each once; not the lines
+    in which it reports a task's exit (a rank's failure, explained by the ranks)."""
+    errors = [e for e in SRUN_ERROR.findall(launcher_output) if not SRUN_TASK_EXIT.match(e)]
+    return list(dict.fromkeys(errors))
+
+
+def launch_failure(launcher_output: str) -> str | None:
+    """Where srun could not start a step's task because a node failed (its slurmd gone as the
+    job started), naming the node and srun's message; None when no launch failed."""
+    for error in srun_errors(launcher_output):
+        if match := LAUNCH_FAILED.search(error):
+            return f"srun could not start a task on node {match[1]} (srun: {error})"
+    return None

@@ -76,6 +76,24 @@ def job_resources(spec: RunSpec, cluster: Mapping[str, int], attempt: int = 1) -
     )
 
 
+def study_job_resources(
+    processes: int, nodes: int, cluster: Mapping[str, int], attempt: int = 1
+) -> JobResources:
+    """The resources of a special study's job whose parts start up to `processes` ranks on the
+    job's first node, and some of them over `nodes` nodes with an srun step of their own (the
+    collectives sweep's `gloo-cpu-slurm`): one task per node, each node sized as a training
+    run's node of `processes` processes (the config's `cluster` section), so that the steps
+    run inside the job's allocation. A retried job gets `attempt` times the memory and time."""
+    return JobResources(
+        nodes=nodes,
+        tasks=nodes,
+        cpus_per_task=processes * cluster["cpus_per_process"],
+        gpus_per_node=0,
+        mem_mb=processes * cluster["mem_mb_per_process"] * attempt,
+        runtime_min=cluster["runtime_minutes"] * attempt,
+    )
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     """The Slurm allocation this process runs in."""
@@ -118,14 +136,23 @@ class SrunTask:
         return cls(int(node_rank), expand_hostlist(nodelist)[0])
 
 
-def status_check_problem(status_command: str, init_seconds: int) -> str | None:
-    """Why snakemake-executor-plugin-slurm would never see this cluster's jobs end, or None.
+def status_check_problem(
+    status_command: str,
+    init_seconds: int,
+    *,
+    partition: str | None = None,
+    account: str | None = None,
+) -> str | None:
+    """Why this workflow's jobs can't go through this cluster (`submission_problem`), or why
+    snakemake-executor-plugin-slurm would never see them end; None when neither.
 
     The plugin asks `sacct` for job states, or `squeue` when told to, but squeue only while
     Slurm keeps ended jobs (MinJobAge) for 3 × the delay of its first check; else it falls
     back to sacct. Without accounting (no slurmdbd) sacct fails, and Snakemake waits forever
     for jobs that ended long ago.
     """
+    if refused := submission_problem(partition=partition, account=account):
+        return refused
     min_job_age = int(_config_value("MinJobAge").split()[0])
     if status_command == "squeue" and min_job_age >= 3 * init_seconds:
         return None
@@ -143,6 +170,36 @@ def status_check_problem(status_command: str, init_seconds: int) -> str | None:
         f"`sacct` can't report job states here ({sacct.stderr.strip()}), so Snakemake would "
         f"wait forever for jobs that ended: {fix} (squeue sees ended jobs for MinJobAge = "
         f"{min_job_age} s, which must be at least 3 × the first status check's delay)"
+    )
+
+
+def submission_problem(*, partition: str | None = None, account: str | None = None) -> str | None:
+    """Why Slurm refuses every job of this workflow, as sbatch says it, or None: a partition or
+    account it does not know (`partition`, `account`: the profile's `slurm_partition` and
+    `slurm_account`; unset, sbatch reads SBATCH_PARTITION and SBATCH_ACCOUNT, which the profile
+    passes on). Asked once before any job (`sbatch --test-only` submits nothing), since a
+    refused submission is a failed job, which the profile's retry submits again to the same
+    refusal."""
+    chosen = {"--partition": partition, "--account": account}
+    argv = ["sbatch", "--test-only", "--job-name", "dmls-check"]
+    argv += [f"{option}={value}" for option, value in chosen.items() if value]
+    try:
+        out = subprocess.run([*argv, "--wrap", "true"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SlurmError(f"`sbatch --test-only` failed: {e}") from e
+    if out.returncode == 0:
+        return None
+    given = [f"slurm_partition={partition}"] if partition else []
+    given += [f"slurm_account={account}"] if account else []
+    given += [
+        f"{k}={os.environ[k]}" for k in ("SBATCH_PARTITION", "SBATCH_ACCOUNT") if k in os.environ
+    ]
+    where = ", ".join(given) or "the cluster's default partition, no account"
+    return (
+        f"Slurm refuses this workflow's jobs ({where}): "
+        f"{' / '.join(out.stderr.strip().splitlines())}. Give a partition `sinfo` lists, and an "
+        "account of yours where the cluster wants one, in SBATCH_PARTITION and SBATCH_ACCOUNT "
+        '(README, "Run on a Slurm cluster")'
     )
 
 

@@ -5,8 +5,9 @@ how to fix it), starts the launcher command(s), streams their output to the run'
 the worker's result, or its error, into the run's metrics file. With `strict`, a run that is
 skipped or fails raises instead, so Snakemake fails the job.
 
-A launcher killed from outside (`kill -9`, a preemption) is no result: the job fails without a
-metrics file, and the rerun resumes from the run's checkpoint (dmls/training/checkpoint.py).
+A launcher killed from outside (`kill -9`, a preemption), or a Slurm step srun could not start
+on a node (the node lost as the job started), is no result: the job fails without a metrics
+file, and the retry or rerun resumes from the run's checkpoint (dmls/training/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -186,13 +187,14 @@ def _collect(
 ) -> dict[str, Any]:
     """The run's record once its launchers have exited: trained (the rank's result), failed
     (the reason names the rank that caused it), or interrupted (no record: a rerun resumes)."""
-    interrupted = _interruption(spec, first_failure, run_dir, checkpoint_path)
+    launcher_output = Path(log.name).read_text(errors="replace") if any(exit_codes) else ""
+    interrupted = _interruption(spec, first_failure, run_dir, checkpoint_path, launcher_output)
     if interrupted is not None:
         print(f"INTERRUPTED {interrupted}", file=log, flush=True)
         raise RunInterrupted(interrupted)
     result = run_dir / protocol.RESULT
     if any(exit_codes) or not result.exists():
-        launcher_output = Path(log.name).read_text(errors="replace")
+        launcher_output = launcher_output or Path(log.name).read_text(errors="replace")
         reason = processes.failure_reason(run_dir, exit_codes, launcher_output, Path(log.name).name)
         # The checkpoint stays: after fixing the cause, a forced rerun resumes from it.
         return _end(run_dir / "metrics.json", built, "failed", reason, log, strict)
@@ -264,21 +266,30 @@ def _start_and_wait(
 
 
 def _interruption(
-    spec: RunSpec, first_failure: int | None, run_dir: Path, checkpoint_path: Path
+    spec: RunSpec,
+    first_failure: int | None,
+    run_dir: Path,
+    checkpoint_path: Path,
+    launcher_output: str = "",
 ) -> str | None:
     """Why the run ended without a result of its own, to resume rather than record (a launcher
-    killed from outside, a rank stopped by a full disk), or None."""
+    killed from outside, a node lost as its Slurm step started, a rank stopped by a full
+    disk), or None."""
     if first_failure is not None and first_failure < 0:
-        saved = [p for p in spec.seed_checkpoints(checkpoint_path) if p.exists()]
-        resume = (
-            f"from its last finished epoch ({', '.join(map(str, saved))})"
-            if saved
-            else "from epoch 1 (no epoch had finished)"
-        )
         return (
             f"{spec.run_id}: a launcher was killed by {signal.Signals(-first_failure).name} "
             "from outside the run (kill, preemption, OOM killer). That is no result, so none "
-            f"is recorded: rerun the workflow and the run resumes {resume}"
+            f"is recorded: rerun the workflow and the run resumes "
+            f"{_resumes_from(spec, checkpoint_path)}"
+        )
+    # The cluster failed the run, not its training: recorded as failed, the run would be done
+    # for Snakemake, and neither the profile's retry nor the same command would train it again.
+    if first_failure is not None and (lost := processes.launch_failure(launcher_output)):
+        resume = _resumes_from(spec, checkpoint_path)
+        return (
+            f"{spec.run_id}: {lost}. The node failed, not the run, so no result is recorded: "
+            "the job fails (its Slurm log is kept), and Snakemake's retry (profiles/slurm) or "
+            f"the same command trains the run again, resuming {resume}"
         )
     if first_failure is not None and (stopped := _resumable_error(run_dir)) is not None:
         return (
@@ -286,6 +297,14 @@ def _interruption(
             "result, so none is recorded: rerun the workflow once that is fixed"
         )
     return None
+
+
+def _resumes_from(spec: RunSpec, checkpoint_path: Path) -> str:
+    """Where a rerun of `spec` resumes: the epochs its seeds' checkpoints hold, or epoch 1."""
+    saved = [p for p in spec.seed_checkpoints(checkpoint_path) if p.exists()]
+    if saved:
+        return f"from its last finished epoch ({', '.join(map(str, saved))})"
+    return "from epoch 1 (no epoch had finished)"
 
 
 def _resumable_error(run_dir: Path) -> dict[str, Any] | None:
