@@ -258,6 +258,7 @@ def test_device_loader_trains_exactly_like_the_course_dataloader(
         "requested": "graph",
         "compiled": False,
         "memory_format": "contiguous",
+        "wrapper": "DistributedDataParallel",
         "mode": "eager",
         "eager_reason": "CUDA graphs need a GPU; this run trains on the CPU",
     }

@@ -194,7 +194,8 @@ class SingleDevice:
         """The model as it trains (wrapped), and the optimizer and scheduler that step it."""
         fp16 = self.spec.precision == "fp16"
         self.scaler = torch.amp.GradScaler(self.process.device.type, enabled=fp16)
-        self.bare, self.module = model, self._wrap(model)
+        self.module = self._wrap(model)
+        self.wrapped = _wrapper_name(model, self.module)
         return self.module, optimizer, scheduler
 
     def _wrap(self, model: nn.Module) -> nn.Module:
@@ -204,8 +205,9 @@ class SingleDevice:
         """What the prepared model trains inside, for the record: the wrapper's class
         (DistributedDataParallel, DataParallel, ...), or "none" for the bare model. At one
         process accelerate leaves the model bare while torchrun's code wraps it in DDP, whose
-        per-step all-reduce hooks double a step of B's small MLP (bench/b_alone.py)."""
-        return "none" if self.module is self.bare else type(self.module).__name__
+        per-step all-reduce hooks double a step of B's small MLP (bench/b_alone.py). Its
+        name, not the model: a seed's model must die with the seed."""
+        return self.wrapped
 
     def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce (the micro-steps before an optimizer step)."""
@@ -473,11 +475,11 @@ class Accelerate(SingleDevice):
         acc = self.accelerator
         if acc.scaler is not None:  # each seed starts from the initial loss scale
             acc.scaler.load_state_dict(self.fresh_scaler)
-        self.bare = model
         if scheduler is None:
             self.module, optimizer = acc.prepare(model, optimizer)
         else:
             self.module, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
+        self.wrapped = _wrapper_name(model, self.module)
         return self.module, optimizer, scheduler
 
     def end_seed(self) -> None:
@@ -500,6 +502,10 @@ class Accelerate(SingleDevice):
             "accelerate prepares the model, optimizer and scaler its own way",
             *_gloo_blocker(self.spec),
         ]
+
+
+def _wrapper_name(model: nn.Module, prepared: nn.Module) -> str:
+    return "none" if prepared is model else type(prepared).__name__
 
 
 STRATEGIES: dict[str, type[SingleDevice]] = {
