@@ -1,6 +1,6 @@
 """The declaration of A5 explained (the collectives' sweep, measured by
 dmls/special/collectives.py): the facts its answer is filled from and what its report section
-shows (dmls/special/study_spec.py).
+shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

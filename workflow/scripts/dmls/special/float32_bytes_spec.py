@@ -1,5 +1,5 @@
 """The declaration of D3 (the bytes of a float32, computed by dmls/special/float32_bytes.py): the
-facts its answer is filled from and what its report section shows (dmls/special/study_spec.py).
+facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The declaration of C (the fused conv + ReLU kernel against cuDNN, measured by
 dmls/special/fused_conv.py): the facts its answer is filled from and what its report section
-shows (dmls/special/study_spec.py).
+shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

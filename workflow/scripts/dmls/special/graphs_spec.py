@@ -1,5 +1,5 @@
 """The declaration of D5 (graphs, compiled and exported, measured by dmls/special/graphs.py): the
-facts its answer is filled from and what its report section shows (dmls/special/study_spec.py).
+facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

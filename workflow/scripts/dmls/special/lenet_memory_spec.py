@@ -1,6 +1,6 @@
 """The declaration of D1 (LeNet-5's memory, estimated and measured, by
 dmls/special/lenet_memory.py): the facts its answer is filled from and what its report section
-shows (dmls/special/study_spec.py).
+shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The declaration of B4 (the profiler study, measured by dmls/special/profiler.py): the facts its
-answer is filled from and what its report section shows (dmls/special/study_spec.py).
+answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The declaration of D7 (serialization's pitfalls, shown by dmls/special/serialization.py): the
-facts its answer is filled from and what its report section shows (dmls/special/study_spec.py).
+facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The declaration of D4 (sharding's memory and time, measured by dmls/special/sharding.py): the
-facts its answer is filled from and what its report section shows (dmls/special/study_spec.py).
+facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The declaration of D2 (failure with and without a spare, computed by
 dmls/special/spare_failure.py): the facts its answer is filled from and what its report section
-shows (dmls/special/study_spec.py).
+shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations

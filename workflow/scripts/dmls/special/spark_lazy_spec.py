@@ -1,6 +1,6 @@
 """The declaration of D6 (Spark's lazy evaluation, line by line, run by
 dmls/special/spark_lazy.py): the facts its answer is filled from and what its report section
-shows (dmls/special/study_spec.py).
+shows (dmls/study_spec.py).
 """
 
 from __future__ import annotations
