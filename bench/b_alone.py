@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -146,17 +147,13 @@ def repro(repeats: int = 5) -> dict[str, Any]:
         "bf16_split_ms": step_ms(mlp(), bf16, profile=True),
     }
     split = {k: (out["fp32_split_ms"][k], out["bf16_split_ms"][k]) for k in GROUPS}
-    print(f"step of B's MLP: bare {statistics_mean(times['bare']):.3f} ms, inside DDP at world "
-          f"size 1 {statistics_mean(times['ddp_world_1']):.3f} ms ({ddp.value:.2f}x the time, "
-          f"{ddp.low:.2f}-{ddp.high:.2f}); fp32 {statistics_mean(times['fp32']):.3f} ms, bf16 "
-          f"autocast {statistics_mean(times['bf16']):.3f} ms ({cast.value:.2f}x, "
+    print(f"step of B's MLP: bare {statistics.fmean(times['bare']):.3f} ms, inside DDP at world "
+          f"size 1 {statistics.fmean(times['ddp_world_1']):.3f} ms ({ddp.value:.2f}x the time, "
+          f"{ddp.low:.2f}-{ddp.high:.2f}); fp32 {statistics.fmean(times['fp32']):.3f} ms, bf16 "
+          f"autocast {statistics.fmean(times['bf16']):.3f} ms ({cast.value:.2f}x, "
           f"{cast.low:.2f}-{cast.high:.2f}); per step, fp32 vs bf16: "
           + ", ".join(f"{k} {a:.3f} vs {b:.3f} ms" for k, (a, b) in split.items()))  # fmt: skip
     return out
-
-
-def statistics_mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -370,10 +370,10 @@ def first_seed_excess(seeds: list[dict[str, Any]], metric: str) -> float | None:
         return None
     cold = [k for k, seed in enumerate(seeds) if k not in warm and seed["status"] == "ok"]
     cold_values = [v for k in cold if (v := seed_value(seeds[k], metric)) is not None]
-    counted_values_ = [v for k in counted if (v := seed_value(seeds[k], metric)) is not None]
-    if not cold_values or not counted_values_:
+    warm_values = counted_values(record, metric)
+    if not cold_values or not warm_values:
         return None
-    return statistics.fmean(cold_values) - statistics.fmean(counted_values_)
+    return statistics.fmean(cold_values) - statistics.fmean(warm_values)
 
 
 def timed_seeds(record: dict[str, Any]) -> list[int]:
