@@ -281,12 +281,39 @@ def check_slurm_status_checks():
     settings = workflow.executor_settings
     try:
         problem = status_check_problem(
-            settings.status_command, settings.init_seconds_before_status_checks
+            settings.status_command,
+            settings.init_seconds_before_status_checks,
+            partition=default_submission_resource("slurm_partition"),
+            account=default_submission_resource("slurm_account"),
         )
     except SlurmError as e:
         raise WorkflowError(instead.format(str(e).splitlines()[0])) from None
     if problem:
         raise WorkflowError(problem)
+
+
+def default_submission_resource(name):
+    """The partition or account (`name`: slurm_partition, slurm_account) that every job gets
+    from --default-resources or the profile's default-resources, as the Slurm plugin hands it
+    to sbatch; None where unset or where it is an expression of the job (only its job knows).
+    Before: a partition given this way skipped the check and Slurm's refusal came twice."""
+    import ast
+    import os
+    import re
+
+    given = workflow.resource_settings.default_resources
+    resource = given.get(name) if given else None
+    if resource is None:
+        return None
+    if not resource.is_evaluable():
+        value = resource.value
+        return value if isinstance(value, str) and value else None
+    raw = os.path.expandvars(str(resource.raw)).strip()
+    try:  # a quoted string, or None (the profile's unset SBATCH_PARTITION)
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):  # a bare word, as Snakemake reads gpu or n1-standard-4
+        value = raw if re.fullmatch(r"[\w.,:+-]+", raw) else None
+    return value if isinstance(value, str) and value else None
 
 
 def check_fault_drill():

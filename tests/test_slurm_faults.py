@@ -147,7 +147,20 @@ def test_a_partition_slurm_refuses_fails_once_with_sbatchs_message(tmp_path):
     )
     assert len(re.findall("invalid partition specified", out.stderr)) == 1
     assert "Trying to restart job" not in out.stderr and not SUBMITTED.findall(out.stderr)
-    # The profile's slurm_partition, where the caller passes it, is checked alike.
+    # A partition given as a default resource, as the profile's comment says one may, is
+    # checked alike. Before: it skipped the check, and sbatch refused the job twice.
+    out = subprocess.run(
+        profile_command(tmp_path, "--default-resources", "slurm_partition=nosuch",
+                        "runtime=30", "mem_mb=4000", *targets(tmp_path, [RUN])),
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert (
+        "Slurm refuses this workflow's jobs (slurm_partition=nosuch): sbatch: error: invalid "
+        "partition specified: nosuch" in out.stderr
+    )
+    assert len(re.findall("invalid partition specified", out.stderr)) == 1
+    assert not SUBMITTED.findall(out.stderr)
     assert submission_problem(partition="nosuch").startswith(
         "Slurm refuses this workflow's jobs (slurm_partition=nosuch): sbatch: error: invalid "
         "partition specified: nosuch"

@@ -175,11 +175,11 @@ def status_check_problem(
 
 def submission_problem(*, partition: str | None = None, account: str | None = None) -> str | None:
     """Why Slurm refuses every job of this workflow, as sbatch says it, or None: a partition or
-    account it does not know (`partition`, `account`: the profile's `slurm_partition` and
-    `slurm_account`; unset, sbatch reads SBATCH_PARTITION and SBATCH_ACCOUNT, which the profile
-    passes on). Asked once before any job (`sbatch --test-only` submits nothing), since a
-    refused submission is a failed job, which the profile's retry submits again to the same
-    refusal."""
+    account it does not know (`partition`, `account`: the default resources `slurm_partition`
+    and `slurm_account`, which the profile fills from SBATCH_PARTITION and SBATCH_ACCOUNT;
+    unset, sbatch reads those variables itself). Asked once before any job (`sbatch
+    --test-only` submits nothing), since a refused submission is a failed job, which the
+    profile's retry submits again to the same refusal."""
     chosen = {"--partition": partition, "--account": account}
     argv = ["sbatch", "--test-only", "--job-name", "dmls-check"]
     argv += [f"{option}={value}" for option, value in chosen.items() if value]
@@ -189,11 +189,13 @@ def submission_problem(*, partition: str | None = None, account: str | None = No
         raise SlurmError(f"`sbatch --test-only` failed: {e}") from e
     if out.returncode == 0:
         return None
-    given = [f"slurm_partition={partition}"] if partition else []
-    given += [f"slurm_account={account}"] if account else []
-    given += [
-        f"{k}={os.environ[k]}" for k in ("SBATCH_PARTITION", "SBATCH_ACCOUNT") if k in os.environ
-    ]
+    given = []  # each as the user gave it (the profile turns SBATCH_* into slurm_*)
+    for key, value, variable in (("slurm_partition", partition, "SBATCH_PARTITION"),
+                                 ("slurm_account", account, "SBATCH_ACCOUNT")):  # fmt: skip
+        if value and value != os.environ.get(variable):
+            given.append(f"{key}={value}")
+        elif os.environ.get(variable):
+            given.append(f"{variable}={os.environ[variable]}")
     where = ", ".join(given) or "the cluster's default partition, no account"
     return (
         f"Slurm refuses this workflow's jobs ({where}): "
