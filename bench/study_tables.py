@@ -35,9 +35,9 @@ def main(results: Path) -> None:
         print(f"\n{s['title']} [{s['status']}] on {s['host']['gpus'] or 'no GPU'}")
         if name == "fused_conv":
             print(table(
-                ["depth", "mode", "status", "forward_s", "backward_s", "test_acc", "reason"],
-                [[r["depth"], r["mode"], r["status"], r.get("forward_time_s"),
-                  r.get("backward_time_s"), r.get("test_accuracy"), r["reason"]]
+                ["depth", "mode", "status", "forward_ms", "backward_ms", "test_acc", "reason"],
+                [[r["depth"], r["mode"], r["status"], r.get("forward_ms"),
+                  r.get("backward_ms"), r.get("test_accuracy"), r["reason"]]
                  for r in s["rows"]],
             ))  # fmt: skip
         elif name == "lenet_memory":

@@ -55,6 +55,7 @@ rule fused_conv_benchmark:
         summary=f"{STUDIES_DIR}/fused_conv/summary.json",
         results=f"{STUDIES_DIR}/fused_conv/results.csv",
         repeats=f"{STUDIES_DIR}/fused_conv/repeats.csv",
+        accuracy=f"{STUDIES_DIR}/fused_conv/accuracy.csv",
         figure=f"{STUDIES_DIR}/fused_conv/times.png",
     log:
         f"{RESULTS}/logs/studies/fused_conv.log",

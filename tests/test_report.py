@@ -828,7 +828,8 @@ def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
         {"device": "cpu", "depth": 2, "mode": "cpu", "status": "ok", "reason": None},
     ]  # fmt: skip
     verdicts = {"convention": "cudnn / fused", "by_depth": {}}
-    result = {"rows": rows, "data": None, "cudnn_version": None, "repeats": 1, "verdicts": verdicts}
+    result = {"rows": rows, "data": None, "cudnn_version": None, "repeats": 1,
+              "accuracy_seeds": 1, "verdicts": verdicts}  # fmt: skip
     summary.write(
         folder / "summary.json",
         summary.new(
@@ -838,8 +839,8 @@ def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
         ),
     )  # fmt: skip
     (folder / "results.csv").write_text(
-        "depth,title,status,reason,device_name,fused_layers,epochs,forward_time_s,"
-        "backward_time_s,test_accuracy\n"
+        "depth,title,status,reason,device_name,fused_layers,epochs,forward_ms,"
+        "backward_ms,test_accuracy\n"
         "2,FusedConvReLU kernel,skipped,'fused' needs a CUDA GPU,,,,,,\n"
         '2,"baseline, CPU",ok,,cpu,0,1,0.06531,0.0693,0.9012\n'
     )
@@ -848,7 +849,7 @@ def test_special_study_rows_without_numbers_keep_only_their_reason(tmp_path):
     skipped, ok = table["rows"]
     assert skipped["reason"] == "'fused' needs a CUDA GPU"
     assert skipped["cells"] == ["2", "FusedConvReLU kernel"] + [""] * 6
-    assert ok["cells"][-3:] == ["0.06531", "0.0693", "0.9012"]
+    assert ok["cells"][-4:] == ["0.06531", "0.0693", "1", "0.9012"]
     assert section["skipped"] == ["cuda 2 fused: skipped — 'fused' needs a CUDA GPU"]
 
 

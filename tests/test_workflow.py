@@ -602,7 +602,7 @@ def assert_special_studies(studies: Path) -> None:
     assert sum(r["status"] == "ok" for r in profiler["rows"]) == 4  # 4 activations on the CPU
     assert len(list((studies / "profiler" / "traces").glob("cpu_*.json.gz"))) == 4
     fused = {(r["depth"], r["mode"]): r for r in summaries["fused_conv"]["rows"]}
-    assert fused[(10, "cpu")]["status"] == "ok" and fused[(10, "cpu")]["forward_time_s"] > 0
+    assert fused[(10, "cpu")]["status"] == "ok" and fused[(10, "cpu")]["forward_ms"] > 0
     memory = summaries["lenet_memory"]
     assert memory["parameters"]["model_total"] == memory["parameters"]["closed_form_total"]
     assert all(r["within_ci"] for r in summaries["spare_failure"]["rows"])

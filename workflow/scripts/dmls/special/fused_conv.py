@@ -2,19 +2,27 @@
 
 The networks are the course CNN (models.CourseCNN) with `depth` 3×3 conv layers of `channels`
 channels, each layer its own weights, and no batch norm, so every conv feeds its ReLU directly;
-the fused variant swaps each Conv2d + ReLU for FusedConvReLU. Every variant of a depth starts
-from the same weights and trains on the same batches for the same epochs (Adam). Forward
-(model and loss) and backward times are summed over the training steps after `warmup_steps`,
-with CUDA events on the GPU and perf_counter on the CPU; the optimizer step is in neither.
+the fused variant swaps each Conv2d + ReLU for FusedConvReLU. C asks two things, measured apart
+because they cost very differently (bench/fused_conv_time.py: cuDNN off steps 10-50x slower):
 
-Every mode's training is repeated `repeats` times, each repeat from the same weights over the
-same batches; the modes take turns within a repeat (the order rotates from one repeat to the
-next), so drift of the clocks or the host hits every mode alike. repeats.csv keeps each
-repeat's numbers; results.csv gives their mean and the half-width of its 95% Student-t
-interval (`_ci95`). The summary's `verdicts` give, per depth, the fused kernel against cuDNN as
-cudnn time / fused time (> 1: the fused kernel is faster), the ratio of the geometric means
-over the repeats with Welch's 95% interval on the logs (dmls.stats.ratio), and each mode's
-test accuracy in percent with its interval.
+- Speed, per training step. Every mode trains `warmup_steps` + `timed_steps` steps (Adam) from
+  the same weights over the same batches, `repeats` times; the modes take turns within a repeat
+  (the order rotates from one repeat to the next), so drift of the clocks or the host hits every
+  mode alike. Forward (model and loss) and backward times are summed over the timed steps, with
+  CUDA events on the GPU and perf_counter on the CPU, and divided by them (ms per step); the
+  optimizer step is in neither. repeats.csv keeps each repeat's numbers.
+- Accuracy. The `accuracy_modes` (default: cuDNN and the fused kernel, whose question it is)
+  train `epochs` over the whole training set from each of `accuracy_seeds` seeds' weights and
+  batch order (seed, seed + 1, ...), every mode from the same seed's weights, and are tested on
+  the test set. accuracy.csv keeps each training. The other modes are timed only: their network
+  and arithmetic are cuDNN's, and their full trainings would be most of the study's time.
+
+results.csv gives per depth and mode the means and the half-widths of their 95% Student-t
+intervals (`_ci95`). The summary's `verdicts` give, per depth, the fused kernel against cuDNN as
+cudnn time / fused time (> 1: the fused kernel is faster), the ratio of the geometric means over
+the repeats with Welch's 95% interval on the logs (dmls.stats.ratio); each accuracy mode's test
+accuracy in percent with its interval over the seeds; and fused − cuDNN accuracy in points with
+Welch's interval over the seeds (dmls.stats.difference).
 """
 
 from __future__ import annotations
@@ -44,24 +52,34 @@ from dmls.training.models import CourseCNN
 log = logging.getLogger(__name__)
 
 EVAL_BATCH = 1000
-# Means over the repeats; `_ci95`: the half-width of the mean's 95% interval (None with one).
+# Per depth and mode: speed as means over the repeats of ms per timed step, accuracy as the
+# mean over the seeds; `_ci95`: the half-width of the mean's 95% interval (None with one).
+# `accuracy_reason`: why a mode has no accuracy (timed only, or its training failed).
 COLUMNS = (
     "depth", "mode", "title", "status", "reason", "device", "device_name", "fused_layers",
-    "epochs", "steps", "timed_steps", "repeats", "forward_time_s", "forward_time_s_ci95",
-    "backward_time_s", "backward_time_s_ci95", "train_loss", "test_accuracy",
-    "test_accuracy_ci95", "wall_time_s", "threads",
+    "repeats", "timed_steps", "forward_ms", "forward_ms_ci95", "backward_ms",
+    "backward_ms_ci95", "accuracy_seeds", "epochs", "steps", "train_loss", "test_accuracy",
+    "test_accuracy_ci95", "accuracy_reason", "wall_time_s", "threads",
 )  # fmt: skip
-# One row per depth, mode and repeat; `order`: the mode's turn within the repeat (0 = first).
+# One row per depth, mode and repeat of the speed part; `order`: the mode's turn within the
+# repeat (0 = first); times in ms per timed step.
 REPEAT_COLUMNS = (
-    "depth", "mode", "repeat", "order", "device", "timed_steps", "forward_time_s",
-    "backward_time_s", "train_loss", "test_accuracy", "wall_time_s",
+    "depth", "mode", "repeat", "order", "device", "timed_steps", "forward_ms", "backward_ms",
+    "wall_time_s",
 )  # fmt: skip
-WITH_INTERVAL = ("forward_time_s", "backward_time_s", "test_accuracy")
+# One row per depth, mode and seed of the accuracy part: a training of `epochs` epochs.
+ACCURACY_COLUMNS = (
+    "depth", "mode", "seed", "device", "epochs", "steps", "train_loss", "test_accuracy",
+    "wall_time_s",
+)  # fmt: skip
+TIMED_ONLY = "timed only: not among the config's accuracy_modes"
 SPEEDUP_CONVENTION = (
-    "value = geometric mean over the repeats of the cudnn mode's time / that of the fused "
-    "mode, so > 1 means the fused kernel is faster; low, high: its 95% interval (Welch's t on "
-    "the logs of the per-repeat times, dmls.stats.ratio); within_noise: the interval holds 1. "
-    "test_accuracy_percent: mean over the repeats and its 95% Student-t interval, in percent"
+    "value = geometric mean over the repeats of the cudnn mode's time per step / that of the "
+    "fused mode, so > 1 means the fused kernel is faster; low, high: its 95% interval (Welch's "
+    "t on the logs of the per-repeat times, dmls.stats.ratio); within_noise: the interval "
+    "holds 1. test_accuracy_percent: each accuracy mode's mean over the seeds and its 95% "
+    "Student-t interval, in percent; fused_minus_cudnn_points: the difference of those means "
+    "in percentage points with Welch's 95% interval over the seeds (dmls.stats.difference)"
 )
 
 
@@ -144,25 +162,36 @@ def _tensors(dataset: datasets.Dataset, cfg: dict[str, Any]):
     )
 
 
-def train_and_time(
-    model: nn.Module, mode: Mode, tensors, cfg: dict[str, Any], fused_layers: int
+def train(
+    model: nn.Module,
+    mode: Mode,
+    tensors,
+    cfg: dict[str, Any],
+    *,
+    seed: int,
+    steps: int | None = None,
+    timed_from: int | None = None,
 ) -> dict[str, Any]:
+    """Train `model` with Adam on batches in `seed`'s order: `steps` steps (epochs over the
+    training set as many times as they need), timing forward and backward from step
+    `timed_from` on; or, with `steps` None, the config's epochs, untimed, then test it."""
     device = torch.device(mode.device)
     x_train, y_train, x_test, y_test = (t.to(device) for t in tensors)
     model = model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
-    order = torch.Generator().manual_seed(cfg["seed"])  # the same batches for every mode
+    order = torch.Generator().manual_seed(seed)  # the same batches for every mode
     timer = StepTimer(device)
-    step, train_loss = 0, math.nan
+    total = steps if steps is not None else cfg["epochs"] * -(-len(x_train) // cfg["batch_size"])
+    step, epoch, train_loss = 0, 0, math.nan
     start = time.perf_counter()
     with torch.backends.cudnn.flags(enabled=mode.cudnn, allow_tf32=cfg["tf32"]):
         model.train()
-        for epoch in range(cfg["epochs"]):
+        while step < total:
             perm = torch.randperm(len(x_train), generator=order).to(device)
-            losses = torch.zeros((), device=device)
-            for idx in perm.split(cfg["batch_size"]):
+            losses, seen = torch.zeros((), device=device), 0
+            for idx in perm.split(cfg["batch_size"])[: total - step]:
                 x, y = x_train[idx], y_train[idx]  # the batch, outside the timed spans
-                timed = step >= cfg["warmup_steps"]
+                timed = timed_from is not None and step >= timed_from
                 with timer.span("forward", timed):
                     loss = F.cross_entropy(model(x), y)
                 with timer.span("backward", timed):
@@ -170,22 +199,24 @@ def train_and_time(
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 losses += loss.detach() * len(y)
+                seen += len(y)
                 step += 1
-            train_loss = losses.item() / len(x_train)
-            log.info("%s epoch %d/%d: train loss %.4f", mode.title, epoch + 1, cfg["epochs"],
-                     train_loss)  # fmt: skip
-        accuracy = _accuracy(model, x_test, y_test)
+            epoch += 1
+            train_loss = losses.item() / seen
+            if steps is None:
+                log.info("%s epoch %d/%d: train loss %.4f", mode.title, epoch, cfg["epochs"],
+                         train_loss)  # fmt: skip
+        accuracy = _accuracy(model, x_test, y_test) if steps is None else None
     times = timer.totals()
+    timed_steps = max(0, step - timed_from) if timed_from is not None else 0
     return {
         "status": "ok",
         "reason": None,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "fused_layers": fused_layers,
-        "epochs": cfg["epochs"],
         "steps": step,
-        "timed_steps": max(0, step - cfg["warmup_steps"]),
-        "forward_time_s": times["forward"],
-        "backward_time_s": times["backward"],
+        "timed_steps": timed_steps,
+        "forward_ms": 1e3 * times["forward"] / timed_steps if timed_steps else None,
+        "backward_ms": 1e3 * times["backward"] / timed_steps if timed_steps else None,
         "train_loss": train_loss,
         "test_accuracy": accuracy,
         "wall_time_s": time.perf_counter() - start,
@@ -214,12 +245,8 @@ def run(
         tensors, unavailable = _tensors(dataset, cfg), None
     rows: list[dict[str, Any]] = []
     repeat_rows: list[dict[str, Any]] = []
+    accuracy_rows: list[dict[str, Any]] = []
     for depth in cfg["depths"]:
-        baseline = None
-        if dataset is not None:
-            torch.manual_seed(cfg["seed"])
-            shape, classes = dataset.manifest["input_shape"], dataset.manifest["num_classes"]
-            baseline = build_cnn(depth, cfg, shape, classes)
         depth_rows, runnable = {}, []
         for name in cfg["modes"]:
             mode = MODES[name]
@@ -233,22 +260,30 @@ def run(
             else:
                 runnable.append(name)
             depth_rows[name] = row
-        measured = _repeat_modes(depth, runnable, baseline, tensors, cfg)
+        build = _builder(depth, dataset, cfg)
+        timed = _repeat_modes(depth, runnable, build, tensors, cfg)
+        trained = _accuracy_trainings(
+            depth, [m for m in runnable if m in cfg["accuracy_modes"]], build, tensors, cfg
+        )
         for name, row in depth_rows.items():
-            if name in measured:
-                results = measured[name]
-                if results[-1]["status"] != "ok":
-                    row |= {k: results[-1][k] for k in ("status", "reason")}
-                else:
-                    row |= _summarise(results)
-                    repeat_rows += [
-                        {"depth": depth, "mode": name, "device": row["device"]}
-                        | {k: r[k] for k in REPEAT_COLUMNS if k in r}
-                        for r in results
-                    ]
+            if name in timed:
+                row |= _summarise(timed[name], trained.get(name))
+                repeat_rows += [
+                    {"depth": depth, "mode": name, "device": row["device"]}
+                    | {k: r[k] for k in REPEAT_COLUMNS if k in r}
+                    for r in timed[name]
+                    if r["status"] == "ok"
+                ]
+                accuracy_rows += [
+                    {"depth": depth, "mode": name, "device": row["device"]}
+                    | {k: r[k] for k in ACCURACY_COLUMNS if k in r}
+                    for r in trained.get(name, [])
+                    if r["status"] == "ok"
+                ]
             rows.append(row)
     write_csv(out_dir / "results.csv", rows, COLUMNS)
     write_csv(out_dir / "repeats.csv", repeat_rows, REPEAT_COLUMNS)
+    write_csv(out_dir / "accuracy.csv", accuracy_rows, ACCURACY_COLUMNS)
     save_figure(_figure(rows, cfg["depths"], cfg["modes"]), out_dir / "times.png")
     data = None
     if dataset is not None:
@@ -259,59 +294,116 @@ def run(
         "data": data,
         "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
         "repeats": cfg["repeats"],
-        "verdicts": verdicts(rows, repeat_rows, cfg["depths"], cfg["modes"]),
+        "accuracy_seeds": cfg["accuracy_seeds"],
+        "verdicts": verdicts(rows, repeat_rows, accuracy_rows, cfg),
     }
 
 
+def _builder(depth: int, dataset: datasets.Dataset | None, cfg: dict[str, Any]):
+    """A function of a seed giving that seed's network of `depth` layers (its weights)."""
+
+    def build(seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        shape, classes = dataset.manifest["input_shape"], dataset.manifest["num_classes"]
+        return build_cnn(depth, cfg, shape, classes)
+
+    return build
+
+
 def _repeat_modes(
-    depth: int, names: list[str], baseline: nn.Module | None, tensors, cfg: dict[str, Any]
+    depth: int, names: list[str], build, tensors, cfg: dict[str, Any]
 ) -> dict[str, list[dict[str, Any]]]:
-    """Each mode's results, one per repeat: the modes take turns within a repeat, starting one
-    further along the list each repeat. A mode that fails keeps its failed result last and
-    runs no more."""
+    """The speed part: each mode's results, one per repeat, all from the config seed's
+    weights over its batches. The modes take turns within a repeat, starting one further
+    along the list each repeat. A mode that fails keeps its failed result last and runs no
+    more."""
     measured: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    if not names:
+        return measured
+    baseline = build(cfg["seed"])
+    steps = cfg["warmup_steps"] + cfg["timed_steps"]
     for repeat in range(cfg["repeats"]):
-        shift = repeat % len(names) if names else 0
+        shift = repeat % len(names)
         turns = [
             n
             for n in names[shift:] + names[:shift]
             if not measured[n] or measured[n][-1]["status"] == "ok"
         ]
         for order, name in enumerate(turns):
-            result = _train_mode(depth, name, copy.deepcopy(baseline), tensors, cfg, repeat)
-            if result["status"] != "ok":
-                result["reason"] = f"repeat {repeat + 1}/{cfg['repeats']}: {result['reason']}"
+            what = f"repeat {repeat + 1}/{cfg['repeats']}"
+            model = copy.deepcopy(baseline)
+            result = _train_mode(depth, name, model, tensors, cfg, what, seed=cfg["seed"],
+                                 steps=steps, timed_from=cfg["warmup_steps"])  # fmt: skip
             measured[name].append(result | {"repeat": repeat, "order": order})
     return measured
 
 
-def _summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """A mode's row from its repeats: means, and the half-widths of their 95% intervals."""
-    first = results[0]
-    row = {k: first[k] for k in ("status", "reason", "device_name", "fused_layers", "epochs",
-                                 "steps", "timed_steps")}  # fmt: skip
-    row["repeats"] = len(results)
-    for key in WITH_INTERVAL:
-        estimate = stats.mean_interval([r[key] for r in results])
-        row[key], row[f"{key}_ci95"] = estimate.mean, estimate.half_width
-    for key in ("train_loss", "wall_time_s"):
-        row[key] = float(np.mean([r[key] for r in results]))
+def _accuracy_trainings(
+    depth: int, names: list[str], build, tensors, cfg: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """The accuracy part: each mode's full trainings, one per seed, every mode from that
+    seed's weights over its batches. A mode that fails keeps its failed result last."""
+    trained: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for k in range(cfg["accuracy_seeds"] if names else 0):
+        seed = cfg["seed"] + k
+        weights = build(seed)
+        for name in names:
+            if trained[name] and trained[name][-1]["status"] != "ok":
+                continue
+            what = f"accuracy seed {seed} ({k + 1}/{cfg['accuracy_seeds']})"
+            result = _train_mode(depth, name, copy.deepcopy(weights), tensors, cfg, what,
+                                 seed=seed)  # fmt: skip
+            trained[name].append(result | {"seed": seed, "epochs": cfg["epochs"]})
+    return trained
+
+
+def _summarise(timed: list[dict[str, Any]], trained: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A mode's row: its speed (means over the repeats of ms per step, with the half-widths
+    of their 95% intervals) and its accuracy (mean over the seeds), or why either is missing;
+    the row failed where either part failed."""
+    failed = [r for r in (timed[-1:] + (trained or [])[-1:]) if r["status"] != "ok"]
+    first = timed[0]
+    row: dict[str, Any] = {k: first.get(k) for k in ("device_name", "fused_layers",
+                                                     "timed_steps")}  # fmt: skip
+    row |= {"status": "failed" if failed else "ok",
+            "reason": "; ".join(r["reason"] for r in failed) or None}  # fmt: skip
+    ok = [r for r in timed if r["status"] == "ok"]
+    row["repeats"] = len(ok)
+    for key in ("forward_ms", "backward_ms"):
+        estimate = stats.mean_interval([r[key] for r in ok])
+        row[key] = None if estimate is None else estimate.mean
+        row[f"{key}_ci95"] = None if estimate is None else estimate.half_width
+    wall = sum(r.get("wall_time_s", 0.0) for r in timed + (trained or []))
+    row["wall_time_s"] = wall
+    if trained is None:
+        return row | {"accuracy_reason": TIMED_ONLY}
+    done = [r for r in trained if r["status"] == "ok"]
+    estimate = stats.mean_interval([r["test_accuracy"] for r in done])
+    row |= {"accuracy_seeds": len(done), "epochs": done[0]["epochs"] if done else None,
+            "steps": done[0]["steps"] if done else None,
+            "train_loss": float(np.mean([r["train_loss"] for r in done])) if done else None,
+            "test_accuracy": None if estimate is None else estimate.mean,
+            "test_accuracy_ci95": None if estimate is None else estimate.half_width}  # fmt: skip
+    if not done:
+        row["accuracy_reason"] = trained[-1]["reason"]
     return row
 
 
 def verdicts(
     rows: list[dict[str, Any]],
     repeat_rows: list[dict[str, Any]],
-    depths: list[int],
-    modes: list[str],
+    accuracy_rows: list[dict[str, Any]],
+    cfg: dict[str, Any],
 ) -> dict[str, Any]:
-    """Per depth: cudnn time / fused time, forward and backward, with the interval of the
-    ratio over the repeats; and every mode's test accuracy in percent."""
+    """Per depth: cudnn time / fused time per step, forward and backward, with the interval of
+    the ratio over the repeats; every accuracy mode's test accuracy in percent over the seeds;
+    and fused − cudnn accuracy in points with its interval."""
     by_depth = {}
-    for depth in depths:
+    modes = cfg["modes"]
+    for depth in cfg["depths"]:
 
-        def values(mode: str, key: str, depth: int = depth) -> list[float]:
-            return [r[key] for r in repeat_rows if (r["depth"], r["mode"]) == (depth, mode)]
+        def values(mode: str, key: str, table=repeat_rows, depth: int = depth) -> list[float]:
+            return [r[key] for r in table if (r["depth"], r["mode"]) == (depth, mode)]
 
         not_measured = [
             f"{r['mode']}: {r['status']} ({r['reason']})"
@@ -320,7 +412,7 @@ def verdicts(
         ] + [f"{m}: not among the modes" for m in ("cudnn", "fused") if m not in modes]
         speedup = {}
         for part in ("forward", "backward"):
-            cudnn, fused = values("cudnn", f"{part}_time_s"), values("fused", f"{part}_time_s")
+            cudnn, fused = values("cudnn", f"{part}_ms"), values("fused", f"{part}_ms")
             result = stats.ratio(cudnn, fused) if cudnn and fused else None
             speedup[part] = {
                 "value": None if result is None else result.value,
@@ -334,38 +426,48 @@ def verdicts(
                 speedup[part]["reason"] = "; ".join(not_measured) or "no positive times"
         accuracy = {}
         for mode in modes:
-            estimate = stats.mean_interval([100 * a for a in values(mode, "test_accuracy")])
+            percent = [100 * a for a in values(mode, "test_accuracy", accuracy_rows)]
+            estimate = stats.mean_interval(percent)
             accuracy[mode] = None if estimate is None else {
                 "mean": estimate.mean, "low": estimate.low, "high": estimate.high,
                 "n": estimate.n,
             }  # fmt: skip
+        fused, cudnn = (
+            [100 * a for a in values(m, "test_accuracy", accuracy_rows)] for m in ("fused", "cudnn")
+        )
+        points = stats.difference(fused, cudnn)
         by_depth[str(depth)] = {
             "fused_vs_cudnn": {"forward": speedup["forward"], "backward": speedup["backward"]},
             "test_accuracy_percent": accuracy,
-        }
+            "fused_minus_cudnn_points": None if points is None else {
+                "value": points.value, "low": points.low, "high": points.high,
+                "n_fused": points.n_a, "n_cudnn": points.n_b,
+            },
+        }  # fmt: skip
     return {"convention": SPEEDUP_CONVENTION, "by_depth": by_depth}
 
 
 def _train_mode(
-    depth: int, name: str, model: nn.Module, tensors, cfg, repeat: int = 0
+    depth: int, name: str, model: nn.Module, tensors, cfg, what: str, **how: Any
 ) -> dict[str, Any]:
-    """One repeat's numbers of a row; a failure (the extension does not build, say) becomes
-    the row's reason, so the other rows are kept."""
-    log.info("depth %d, %s, repeat %d/%d", depth, MODES[name].title, repeat + 1, cfg["repeats"])
+    """One repeat's or one seed's numbers of a row (`how`: train's keywords); a failure (the
+    extension does not build, say) becomes the row's reason, so the other rows are kept."""
+    log.info("depth %d, %s, %s", depth, MODES[name].title, what)
     try:
         fused_layers = 0
         if MODES[name].fused:
             load_extension()  # compiled (or loaded from torch's cache) before the clock runs
             fused_layers = fuse_conv_relu(model)
-        return train_and_time(model, MODES[name], tensors, cfg, fused_layers)
+        return train(model, MODES[name], tensors, cfg, **how) | {"fused_layers": fused_layers}
     except Exception as e:
         log.error("depth %d %s failed:\n%s", depth, name, traceback.format_exc())
-        return {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
+        return {"status": "failed", "reason": f"{what}: {type(e).__name__}: {e}"}
 
 
 def _figure(rows: list[dict[str, Any]], depths: list[int], modes: list[str]):
-    """Forward and backward time per mode (log scale: the modes differ by orders of
-    magnitude), one panel per depth; test accuracy, or why there is none, above each mode."""
+    """Forward and backward time per step and mode (log scale: the modes differ by orders of
+    magnitude), one panel per depth; test accuracy, "timed only", or why there is none, above
+    each mode."""
     fig = new_figure(5 * len(depths), 4.5)
     axes = fig.subplots(1, len(depths), squeeze=False)[0]
     for ax, depth in zip(axes, depths, strict=True):
@@ -373,20 +475,25 @@ def _figure(rows: list[dict[str, Any]], depths: list[int], modes: list[str]):
         xs = range(len(modes))
         shortest = math.inf
         for offset, part in ((-0.2, "forward"), (0.2, "backward")):
-            heights = [by_mode[m].get(f"{part}_time_s") or 0 for m in modes]
-            errors = [by_mode[m].get(f"{part}_time_s_ci95") or 0 for m in modes]
+            heights = [by_mode[m].get(f"{part}_ms") or 0 for m in modes]
+            errors = [by_mode[m].get(f"{part}_ms_ci95") or 0 for m in modes]
             ax.bar([x + offset for x in xs], heights, 0.4, yerr=errors, capsize=2, label=part)
             shortest = min([shortest, *(h for h in heights if h > 0)])
         for x, m in zip(xs, modes, strict=True):
             r = by_mode[m]
-            text = f"acc {r['test_accuracy']:.1%}" if r["status"] == "ok" else r["status"]
+            if r["status"] != "ok":
+                text = r["status"]
+            elif r.get("test_accuracy") is not None:
+                text = f"acc {r['test_accuracy']:.1%}"
+            else:
+                text = "timed only"
             ax.annotate(text, (x, 1.01), xycoords=("data", "axes fraction"), ha="center",
                         va="bottom", fontsize=8)  # fmt: skip
         if math.isfinite(shortest):  # bars start at 0, which a log axis can't show
             ax.set_yscale("log")
             ax.set_ylim(bottom=shortest / 3)
         ax.set_xticks(list(xs), [MODES[m].title for m in modes], rotation=20, ha="right")
-        ax.set_ylabel("s, summed over timed steps (mean, 95% interval)")
+        ax.set_ylabel("ms per training step (mean over repeats, 95% interval)")
         ax.set_title(f"{depth} conv layers", pad=16)
         ax.legend(fontsize=8)
     return fig

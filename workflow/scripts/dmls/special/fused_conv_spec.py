@@ -5,6 +5,7 @@ shows (dmls/study_spec.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,85 +19,131 @@ from dmls.report.special_answers import (
     speed,
 )
 from dmls.report.study import OK
+from dmls.report.wording import points_text
 from dmls.study_spec import Facts, StudySpec, Table
 
 
-def facts(summary: dict[str, Any], folder: Path) -> Facts:
-    """The fused kernel against cuDNN per network depth, forward and backward, as cuDNN's time
-    over the fused kernel's with its interval over the repeats (repeats.csv), and each mode's
-    test accuracy in percent with its interval."""
-    rows = finished_rows(summary)
-    if not rows or not (folder / "repeats.csv").exists():
-        raise NotMeasured(skip_reason(rows) or "the study did not run")
-    repeats = read_csv_rows(folder / "repeats.csv")
-    depths = sorted({int(r["depth"]) for r in rows})
+@dataclass(frozen=True)
+class Measured:
+    """C's folder as its answer reads it: the summary's rows, the speed repeats (repeats.csv)
+    and the accuracy trainings (accuracy.csv)."""
 
-    def times(depth: int, mode: str, part: str) -> list[float]:
+    rows: list[dict[str, Any]]
+    repeats: list[dict[str, str]]
+    trainings: list[dict[str, str]]
+
+    def times(self, depth: int, mode: str, part: str) -> list[float]:
+        """A mode's `part` (forward, backward) time per step, ms, one per repeat."""
+        key = f"{part}_ms"
         return [
-            float(r[f"{part}_time_s"])
-            for r in repeats
-            if int(r["depth"]) == depth
-            and r["mode"] == mode
-            and r[f"{part}_time_s"] not in ("", None)
+            float(r[key])
+            for r in self.repeats
+            if int(r["depth"]) == depth and r["mode"] == mode and r[key] not in ("", None)
         ]
 
-    def part(depth: int, name: str, mode: str = "fused") -> str:
-        cudnn, other = times(depth, "cudnn", name), times(depth, mode, name)
+    def part(self, depth: int, name: str, mode: str = "fused") -> str:
+        """`mode` against cuDNN in `name` (forward, backward) as a speed, or why not."""
+        cudnn, other = self.times(depth, "cudnn", name), self.times(depth, mode, name)
         if not cudnn or not other:
-            pair = [r for r in rows if int(r["depth"]) == depth and r["mode"] in ("cudnn", mode)]
+            pair = [
+                r for r in self.rows if int(r["depth"]) == depth and r["mode"] in ("cudnn", mode)
+            ]
             skipped = [r for r in pair if r["status"] != OK]
             return not_measured(skip_reason(skipped) or f"cuDNN or {mode} did not run")
         # The other mode's time first, as every "run vs reference" pair is written.
-        means = (f"{stats.geometric_mean(other) * 1e3:.1f} vs "
-                 f"{stats.geometric_mean(cudnn) * 1e3:.1f} ms")  # fmt: skip
+        means = (f"{stats.geometric_mean(other):.3g} vs {stats.geometric_mean(cudnn):.3g} ms "
+                 "per step")  # fmt: skip
         try:
             return speed(cudnn, other, means)
         except NotMeasured as e:
             return not_measured(str(e))
 
-    def others(depth: int) -> str:
+    def others(self, depth: int) -> str:
         """The course's two other baselines against cuDNN: cuDNN off, and the CPU (where cuDNN
         itself did not run, why, once)."""
-        if not times(depth, "cudnn", "forward"):
-            cudnn = [r for r in rows if int(r["depth"]) == depth and r["mode"] == "cudnn"]
+        if not self.times(depth, "cudnn", "forward"):
+            cudnn = [r for r in self.rows if int(r["depth"]) == depth and r["mode"] == "cudnn"]
             return "cuDNN off and the CPU " + not_measured(
                 skip_reason(cudnn) or "cuDNN did not run"
             )
         said = [
-            f"{label}: forward {part(depth, 'forward', mode)}, backward "
-            f"{part(depth, 'backward', mode)}"
+            f"{label}: forward {self.part(depth, 'forward', mode)}, backward "
+            f"{self.part(depth, 'backward', mode)}"
             for mode, label in (("no_cudnn", "with cuDNN off"), ("cpu", "on the CPU"))
-            if any(r["mode"] == mode for r in rows)
+            if any(r["mode"] == mode for r in self.rows)
         ]
         return "; ".join(said) or not_measured("the config runs neither cuDNN off nor the CPU")
 
-    def accuracy(depth: int) -> str:
+    def accuracies(self, depth: int, mode: str) -> list[float]:
+        """A mode's test accuracy (fraction), one per seed."""
+        return [
+            float(r["test_accuracy"])
+            for r in self.trainings
+            if int(r["depth"]) == depth and r["mode"] == mode and r["test_accuracy"]
+        ]
+
+    def accuracy(self, depth: int) -> str:
+        """Each accuracy mode's mean over the seeds (± the half-width of its interval), then
+        fused − cuDNN in points with its verdict; or why the modes trained for it have none."""
         parts = []
-        for mode in dict.fromkeys(r["mode"] for r in rows):
-            values = [
-                100 * float(r["test_accuracy"])
-                for r in repeats
-                if int(r["depth"]) == depth and r["mode"] == mode and r["test_accuracy"]
-            ]
-            estimate = stats.mean_interval(values)
+        for mode in dict.fromkeys(r["mode"] for r in self.rows):
+            estimate = stats.mean_interval([100 * a for a in self.accuracies(depth, mode)])
             if estimate is None:
                 continue
-            half = "" if estimate.low is None else f" ± {(estimate.high - estimate.low) / 2:.1f}"
+            half = "" if estimate.low is None else f" ± {estimate.half_width:.1f}"
             parts.append(f"{mode} {estimate.mean:.1f}%{half}")
-        return "; ".join(parts) or not_measured("no mode finished")
+        if not parts:  # why the modes trained for accuracy (not the timed only) have none
+            wanted = [
+                r for r in self.rows
+                if int(r["depth"]) == depth and r["status"] != OK
+                and not str(r.get("accuracy_reason") or "").startswith("timed only")
+            ]  # fmt: skip
+            return not_measured(skip_reason(wanted) or "no accuracy training finished")
+        fused, cudnn = self.accuracies(depth, "fused"), self.accuracies(depth, "cudnn")
+        if fused and cudnn:
+            parts.append(f"fused − cuDNN {points_text(stats.difference(fused, cudnn))}")
+        return "; ".join(parts)
 
+    def timed_only(self) -> str:
+        """Which modes were timed only (the config's accuracy_modes leave them out)."""
+        first = min(int(r["depth"]) for r in self.rows)
+        modes = [
+            r["mode"]
+            for r in self.rows
+            if int(r["depth"]) == first and r.get("accuracy_reason")
+            and r["mode"] not in ("cudnn", "fused")
+        ]  # fmt: skip
+        if not modes:
+            return "every mode trained for its accuracy"
+        return f"{' and '.join(modes)} timed only (not among accuracy_modes)"
+
+
+def facts(summary: dict[str, Any], folder: Path) -> Facts:
+    """The fused kernel against cuDNN per network depth, forward and backward, as cuDNN's time
+    per step over the fused kernel's with its interval over the repeats (repeats.csv); each
+    accuracy mode's test accuracy in percent with its interval over the seeds (accuracy.csv),
+    and fused − cuDNN in points by the one verdict rule."""
+    rows = finished_rows(summary)
+    if not rows or not (folder / "repeats.csv").exists():
+        raise NotMeasured(skip_reason(rows) or "the study did not run")
+    c = Measured(rows, read_csv_rows(folder / "repeats.csv"),
+                 read_csv_rows(folder / "accuracy.csv"))  # fmt: skip
+    depths = sorted({int(r["depth"]) for r in rows})
     shallow, deep = depths[0], depths[-1]
     return "measured", {
         "shallow": str(shallow),
         "deep": str(deep),
-        "forward_shallow": part(shallow, "forward"),
-        "backward_shallow": part(shallow, "backward"),
-        "forward_deep": part(deep, "forward"),
-        "backward_deep": part(deep, "backward"),
-        "others_shallow": others(shallow),
-        "others_deep": others(deep),
-        "accuracy_shallow": accuracy(shallow),
-        "accuracy_deep": accuracy(deep),
+        "epochs": str((summary.get("config") or {}).get("epochs", "")),
+        "seeds": str(summary.get("accuracy_seeds", "")),
+        "forward_shallow": c.part(shallow, "forward"),
+        "backward_shallow": c.part(shallow, "backward"),
+        "forward_deep": c.part(deep, "forward"),
+        "backward_deep": c.part(deep, "backward"),
+        "others_shallow": c.others(shallow),
+        "others_deep": c.others(deep),
+        "accuracy_shallow": c.accuracy(shallow),
+        "accuracy_deep": c.accuracy(deep),
+        "timed_only": c.timed_only(),
     }
 
 
@@ -104,12 +151,19 @@ SPEC = StudySpec(
     name="fused_conv",
     entry="dmls.special.fused_conv:run",
     facts=facts,
+    repeats=(
+        ("repeats", "speed repeats"),
+        ("timed_steps", "timed steps each"),
+        ("accuracy_seeds", "accuracy seeds"),
+    ),
     tables=(
         Table(
             (
-                "Forward and backward time (s, summed over a training's steps after the warm-up) "
-                "and test accuracy (fraction) per network and mode: mean over the repeats and, in"
-                " the _ci95 columns, the half-width of its 95% interval"
+                "Forward and backward time per training step (ms, mean over the repeats of "
+                "timed_steps steps after the warm-up) and test accuracy (fraction, mean over "
+                "the accuracy seeds' full trainings; empty for a mode timed only, "
+                "accuracy_reason says why); the _ci95 columns give the half-width of each "
+                "mean's 95% interval"
             ),
             "results.csv",
             (
@@ -119,14 +173,17 @@ SPEC = StudySpec(
                 "reason",
                 "device_name",
                 "fused_layers",
-                "epochs",
                 "repeats",
-                "forward_time_s",
-                "forward_time_s_ci95",
-                "backward_time_s",
-                "backward_time_s_ci95",
+                "timed_steps",
+                "forward_ms",
+                "forward_ms_ci95",
+                "backward_ms",
+                "backward_ms_ci95",
+                "accuracy_seeds",
+                "epochs",
                 "test_accuracy",
                 "test_accuracy_ci95",
+                "accuracy_reason",
             ),
         ),
     ),

@@ -1,0 +1,111 @@
+"""Where study C's time goes (issue #41), part by part, on this host: what each mode's training
+step and test-set evaluation cost at each depth, and what loading the fused kernel costs.
+
+    python3 bench/fused_conv_time.py --data-dir DIR [--steps 120] [--threads N] [--out c.json]
+
+DIR holds the prepared fashion_mnist (rules/data.smk's output, or datasets.prepare). For every
+depth and mode of the study's default config (config/config.yaml), in this process, the study's
+own code (dmls/special/fused_conv.py) trains `--steps` steps of batch 64 from the same weights:
+- forward and backward per step, as the study times them (CUDA events, perf_counter on the
+  CPU), over the steps after the config's warm-up;
+- the whole step's wall time (forward, backward, optimizer step, the batch's indexing), from the
+  training's wall less its evaluation;
+- the evaluation of the whole test set (the study's _accuracy), timed alone.
+Before them, loading the extension (torch's build cache under TORCH_EXTENSIONS_DIR: a compile
+when empty). From these, what the config's full protocol costs: epochs over the training set,
+`repeats` times, per depth and mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+
+from dmls.config import spec  # noqa: E402
+from dmls.data import datasets  # noqa: E402
+from dmls.special import fused_conv  # noqa: E402
+from dmls.special.kernels.fused_conv_relu import fuse_conv_relu, load_extension  # noqa: E402
+
+
+def study_config() -> dict[str, Any]:
+    """C's settings from config/config.yaml with the schema's defaults filled in."""
+    schema = spec.load_schema()["properties"]["special_studies"]["properties"]["fused_conv"]
+    cfg = {k: v["default"] for k, v in schema["properties"].items() if "default" in v}
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    return cfg | config["special_studies"]["fused_conv"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--out", type=Path, default=Path("fused_conv_time.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = study_config()
+    dataset = datasets.load(args.data_dir, cfg["dataset"])
+    tensors = fused_conv._tensors(dataset, cfg)
+    n_train = len(tensors[0])
+    short = dict(cfg, epochs=1, train_samples=args.steps * cfg["batch_size"])
+    x_short = (tensors[0][: short["train_samples"]], tensors[1][: short["train_samples"]],
+               tensors[2][:1], tensors[3][:1])  # fmt: skip
+    out: dict[str, Any] = {"threads": args.threads, "n_train": n_train, "config": cfg,
+                           "device": torch.cuda.get_device_name() if torch.cuda.is_available()
+                           else "cpu", "torch": torch.__version__, "rows": []}  # fmt: skip
+    start = time.perf_counter()
+    if torch.cuda.is_available():
+        load_extension()
+    out["extension_load_s"] = time.perf_counter() - start
+    print(f"{out['device']}, torch {out['torch']}, {args.threads} threads; extension "
+          f"{out['extension_load_s']:.1f} s", flush=True)  # fmt: skip
+    steps_full = cfg["epochs"] * -(-n_train // cfg["batch_size"])
+    for depth in cfg["depths"]:
+        torch.manual_seed(cfg["seed"])
+        shape, classes = dataset.manifest["input_shape"], dataset.manifest["num_classes"]
+        baseline = fused_conv.build_cnn(depth, cfg, shape, classes)
+        for name in cfg["modes"]:
+            mode = fused_conv.MODES[name]
+            if mode.device == "cuda" and not torch.cuda.is_available():
+                continue
+            model = fused_conv.copy.deepcopy(baseline)
+            layers = fuse_conv_relu(model) if mode.fused else 0
+            result = fused_conv.train_and_time(model, mode, x_short, short, layers)
+            device = torch.device(mode.device)
+            x_test, y_test = tensors[2].to(device), tensors[3].to(device)
+            t0 = time.perf_counter()
+            with torch.backends.cudnn.flags(enabled=mode.cudnn, allow_tf32=cfg["tf32"]):
+                fused_conv._accuracy(model, x_test, y_test)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            evaluation = time.perf_counter() - t0
+            timed = result["timed_steps"]
+            step = result["wall_time_s"] / result["steps"]
+            row = {"depth": depth, "mode": name, "steps": result["steps"], "timed_steps": timed,
+                   "forward_ms": 1e3 * result["forward_time_s"] / timed,
+                   "backward_ms": 1e3 * result["backward_time_s"] / timed,
+                   "step_ms": 1e3 * step, "evaluation_s": evaluation,
+                   "protocol_s": cfg["repeats"] * (steps_full * step + evaluation)}  # fmt: skip
+            out["rows"].append(row)
+            print(f"depth {depth:>2} {name:<9} forward {row['forward_ms']:7.2f} ms, backward "
+                  f"{row['backward_ms']:7.2f} ms, whole step {row['step_ms']:7.2f} ms; test set "
+                  f"{evaluation:5.2f} s; the config's {cfg['repeats']} x {steps_full} steps: "
+                  f"{row['protocol_s']:6.1f} s", flush=True)  # fmt: skip
+    total = out["extension_load_s"] + sum(r["protocol_s"] for r in out["rows"])
+    print(f"the config's whole protocol, from these: about {total:.0f} s", flush=True)
+    args.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
