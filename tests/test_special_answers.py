@@ -19,6 +19,7 @@ from dmls.report.special_answers import read_csv_rows
 from dmls.report.wording import ratio_strings
 from dmls.special import runner
 from dmls.special.catalog import STUDIES
+from dmls.special.fused_conv_spec import _ms
 from dmls.summary import read as read_summary
 
 # The `answer:` blocks proposed for report/studies.yaml, per special section.
@@ -550,7 +551,7 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     def mean_ms(mode: str) -> str:
         times = [float(r["forward_ms"]) for r in read_csv_rows(folder / "repeats.csv")
                  if r["depth"] == "2" and r["mode"] == mode]  # fmt: skip
-        return f"{stats.geometric_mean(times):.3g}"
+        return _ms(stats.geometric_mean(times))
 
     assert f"; {mean_ms('fused')} vs {mean_ms('cudnn')} ms per step)" in facts["forward_shallow"]
     # The course's other baselines, the CPU here (cuDNN off is not in this config).
@@ -561,7 +562,9 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     assert re.search(r"^cudnn [\d.]+%( ± [\d.]+)?; fused [\d.]+%( ± [\d.]+)?; fused − cuDNN ",
                      facts["accuracy_shallow"])  # fmt: skip
     assert "cpu" not in facts["accuracy_shallow"]
-    assert facts["timed_only"] == "cpu timed only (not among accuracy_modes)"
+    assert facts["timed_only"] == (
+        "the mode cpu was timed only, not trained for accuracy (the config's accuracy_modes)"
+    )
     assert facts["seeds"] == "2" and facts["epochs"] == "1"
 
 

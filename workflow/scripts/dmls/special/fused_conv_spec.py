@@ -5,6 +5,7 @@ shows (dmls/study_spec.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,12 @@ from dmls.report.special_answers import (
 from dmls.report.study import OK
 from dmls.report.wording import points_text
 from dmls.study_spec import Facts, StudySpec, Table
+
+
+def _ms(value: float) -> str:
+    """A time per step in ms with three significant digits, zeros kept: '1.00', '0.504'."""
+    digits = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 2
+    return f"{value:.{digits}f}"
 
 
 @dataclass(frozen=True)
@@ -51,8 +58,9 @@ class Measured:
             skipped = [r for r in pair if r["status"] != OK]
             return not_measured(skip_reason(skipped) or f"cuDNN or {mode} did not run")
         # The other mode's time first, as every "run vs reference" pair is written.
-        means = (f"{stats.geometric_mean(other):.3g} vs {stats.geometric_mean(cudnn):.3g} ms "
-                 "per step")  # fmt: skip
+        means = (
+            f"{_ms(stats.geometric_mean(other))} vs {_ms(stats.geometric_mean(cudnn))} ms per step"
+        )
         try:
             return speed(cudnn, other, means)
         except NotMeasured as e:
@@ -114,8 +122,9 @@ class Measured:
             and r["mode"] not in ("cudnn", "fused")
         ]  # fmt: skip
         if not modes:
-            return "every mode trained for its accuracy"
-        return f"{' and '.join(modes)} timed only (not among accuracy_modes)"
+            return "every mode was trained for its accuracy"
+        which = f"mode {modes[0]} was" if len(modes) == 1 else f"modes {' and '.join(modes)} were"
+        return f"the {which} timed only, not trained for accuracy (the config's accuracy_modes)"
 
 
 def facts(summary: dict[str, Any], folder: Path) -> Facts:
