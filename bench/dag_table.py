@@ -8,8 +8,12 @@ too. For each run: its status, how its step ran, the GPUs and cores it held, the
 the supervisor timed them, split into the launcher's share (torchrun's agent, rendezvous,
 spawning and reaping the ranks), rank 0's imports, setup (pg_s of it: joining the process
 group, NCCL's init included; then data, model, optimizer), training, evaluation, checkpoints and
-teardown (gathering results, saving the model, leaving the group). Then the totals: the jobs'
-sum against the DAG's wall time says how much ran side by side.
+teardown (gathering results, saving the model, leaving the group). Special studies have the GPUs
+and cores they reserved (their summary.json `reserved`; without one, their threads as cores).
+
+Then the totals, and the DAG's wall (`--wall`) against its inherent time: what no scheduler could
+beat on this host, the longest job or the GPU-seconds the jobs held over the host's GPUs
+(`--gpus`; by default as many as the jobs held between them), whichever is larger.
 """
 
 from __future__ import annotations
@@ -29,13 +33,27 @@ PRINTED = ("job", "status", "step", "gpus", "cores", "waited_s", "job_s", "secon
            "teardown_s", "epochs")  # fmt: skip
 
 
+def inherent(table: pd.DataFrame, gpus: int) -> dict[str, float]:
+    """The DAG's inherent time on a host of `gpus` GPUs: the longest job's seconds, or every
+    job's GPUs × seconds summed over the host's GPUs, whichever is larger (each job's own
+    time where Snakemake's benchmark has it, else the launcher's or the study's)."""
+    seconds = table["job_s"].fillna(table["seconds"]) if "job_s" in table else table["seconds"]
+    gpu_seconds = float((table["gpus"].fillna(0) * seconds.fillna(0)).sum())
+    longest = float(seconds.max())
+    per_gpu = gpu_seconds / gpus if gpus else 0.0
+    return {"longest_s": longest, "gpu_seconds": gpu_seconds, "gpus": gpus,
+            "per_gpu_s": per_gpu, "inherent_s": max(longest, per_gpu)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)
     parser.add_argument("--wall", type=float, help="the DAG's wall time, in seconds")
+    parser.add_argument("--gpus", type=int, help="the host's GPUs (default: those the jobs held)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
-    rows = [{k: r.get(k) for k in PRINTED} for r in from_results(args.results)]
+    found = from_results(args.results)
+    rows = [{k: r.get(k) for k in PRINTED} for r in found]
     if not rows:
         print(f"no metrics.json or summary.json under {args.results}", file=sys.stderr)
         return 1
@@ -50,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{len(table)} jobs; their seconds add up to {total:.0f} s; runs holding 2+ GPUs "
         f"(one at a time on a 2-GPU host) {two_gpu:.0f} s"
         + (f"; DAG wall {args.wall:.0f} s" if args.wall else "")
+    )
+    gpus = args.gpus or len({g for r in found for g in r.get("gpu_ids") or []})
+    bound = inherent(table, gpus)
+    print(
+        f"inherent time {bound['inherent_s']:.0f} s: the longest job {bound['longest_s']:.0f} s, "
+        f"{bound['gpu_seconds']:.0f} GPU-seconds over {gpus} GPUs {bound['per_gpu_s']:.0f} s"
+        + (f"; the wall is {args.wall / bound['inherent_s']:.2f}x it" if args.wall else "")
+        + ("" if gpus else " (no job reserved a GPU: isolation none, or a CPU host)")
     )
     if args.json:
         args.json.write_text(table.to_json(orient="records", indent=1))

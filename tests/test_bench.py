@@ -106,3 +106,48 @@ def test_the_one_host_step_benchmark_times_every_setting_it_has_the_cores_for(tm
         for row in setting["ranks"]:
             assert row["step_ms"] >= max(row["forward_ms"], row["backward_ms"]) > 0
             assert row["switches_per_1000_steps"] >= 0
+
+
+def test_the_dag_table_gives_the_wall_against_the_dags_inherent_time(tmp_path):
+    """Issue #41: the longest job, or the GPU-seconds over the host's GPUs, whichever is larger;
+    a job's own seconds where Snakemake's benchmark has them, else the launcher's or study's."""
+    import pandas as pd
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import dag_table
+
+    table = pd.DataFrame([
+        {"job": "parallelism/ddp_2gpu", "gpus": 2, "job_s": 100.0, "seconds": 90.0},
+        {"job": "study fused_conv", "gpus": 1, "job_s": None, "seconds": 300.0},
+        {"job": "study spare_failure", "gpus": 0, "job_s": None, "seconds": 50.0},
+    ])  # fmt: skip
+    assert dag_table.inherent(table, 2) == {
+        "longest_s": 300.0, "gpu_seconds": 500.0, "gpus": 2, "per_gpu_s": 250.0,
+        "inherent_s": 300.0,
+    }  # fmt: skip
+    assert dag_table.inherent(table, 1)["inherent_s"] == 500.0
+    # The command reads a results folder: here one timed study that held one GPU.
+    study = tmp_path / "studies" / "graphs"
+    study.mkdir(parents=True)
+    code = (
+        "import json, sys; from dmls import summary\n"
+        "s = summary.new('graphs', 'D5', {'rows': [{'status': 'ok', 'reason': None}],"
+        " 'control_flow': [], 'notes': []}, config={'title': 'D5'}, host={'hostname': 'h',"
+        " 'gpus': ['H200']}, threads=4, started_at='2026-11-29T00:00:00+00:00',"
+        " wall_time_s=120.0, reserved={'gpus': ['0'], 'cores': [0, 1, 2, 3], 'waited_s': 0.0})\n"
+        "summary.write(sys.argv[1], s)"
+    )
+    env = {"PYTHONPATH": str(ROOT / "workflow" / "scripts")}
+    subprocess.run([sys.executable, "-c", code, str(study / "summary.json")], check=True,
+                   env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "dag_table.py"), str(tmp_path), "--wall", "150"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "study graphs" in out
+    assert (
+        "inherent time 120 s: the longest job 120 s, 120 GPU-seconds over 1 GPUs 120 s; the "
+        "wall is 1.25x it" in out
+    )

@@ -1,5 +1,6 @@
 """The special-study runner: every summary has one frame; strict turns skips into errors."""
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,6 +50,13 @@ def test_strict_raises_after_writing_the_summary(tmp_path, monkeypatch):
 def test_every_configured_study_has_a_runner():
     schema = yaml.safe_load(SCHEMA.read_text())
     assert set(schema["properties"]["special_studies"]["properties"]) == set(runner.STUDIES)
+
+
+class Params(SimpleNamespace):
+    """A rule's params as Snakemake gives them: attributes, and `get` with a default."""
+
+    def get(self, name, default=None):
+        return getattr(self, name, default)
 
 
 def fake_snakemake(tmp_path, **fields):
@@ -130,3 +138,24 @@ def test_a_profiled_study_on_a_host_without_a_gpu_logs_no_kineto_error(tmp_path,
     text = Path(job.log[0]).read_text()
     assert read_summary(summary)["status"] in ("ok", "skipped")
     assert "gpuGetDeviceCount" not in text and "ERROR" not in text
+
+
+def test_a_timed_study_records_the_cores_and_gpus_its_job_held(tmp_path):
+    """Issue #41: the DAG table can only weigh a study against the host's GPUs if the study
+    says what it held. Here D3 (quick, no GPU) as a timed job on this host's cores."""
+    job_config = validated({})["special_studies"]
+    summary = tmp_path / "d3" / "summary.json"
+    job = fake_snakemake(
+        tmp_path,
+        output=SimpleNamespace(summary=str(summary)),
+        input=SimpleNamespace(),
+        threads=1,
+        params=Params(study="float32_bytes", cfg=job_config["float32_bytes"], timed=True),
+    )
+    job.config = validated({"strict": False, "isolation": "host"})
+    with job_log(job.log[0]) as log:
+        runner.main_from_snakemake(job, log)
+    reserved = read_summary(summary)["reserved"]
+    assert len(reserved["cores"]) == 1 and reserved["waited_s"] >= 0
+    assert reserved["cores"][0] in os.sched_getaffinity(0)
+    assert reserved["gpus"] == [] or torch.cuda.device_count() > 0

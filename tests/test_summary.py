@@ -192,7 +192,10 @@ def test_the_schema_knows_every_study_and_what_its_run_returns():
 def test_every_declared_key_says_what_it_is():
     s = schema()
     assert s["additionalProperties"] is False
-    assert s["required"] == list(s["$defs"]["frame_key"]["enum"])
+    # The frame every summary carries, and the one frame key a study may lack (`reserved`:
+    # the GPUs and cores of a timed study's job).
+    frame = list(s["$defs"]["frame_key"]["enum"])
+    assert s["required"] == [k for k in frame if k != "reserved"] and "reserved" in frame
     undescribed = [k for k, v in s["properties"].items() if not v.get("description")]
     assert undescribed == []
 
@@ -222,3 +225,22 @@ def test_the_timeline_reads_the_summaries_through_the_owner(tmp_path):
     write_json(path, broken)
     with pytest.raises(summary.SummaryError, match=rf"^{path}: \(top\): 'rows' is a required"):
         timeline.from_results(tmp_path)
+
+
+def test_a_timed_studys_reservation_is_its_rows_gpus_and_cores_in_the_timeline(tmp_path):
+    """Issue #41: the DAG table recorded 0 GPUs for every special study, so the DAG's inherent
+    time could not be computed. A timed study records what its job held; one that reserved
+    nothing shows its threads as cores and no GPUs."""
+    from dmls.report import timeline
+
+    held = valid() | {"reserved": {"gpus": ["1"], "cores": [4, 5, 6, 7], "waited_s": 2.5}}
+    assert summary.problems(held) == []
+    write_json(tmp_path / "studies" / "graphs" / "summary.json", held)
+    (timed,) = timeline.from_results(tmp_path)
+    held_row = (timed["gpus"], timed["gpu_ids"], timed["cores"], timed["waited_s"])
+    assert held_row == (1, ["1"], 4, 2.5)
+    write_json(tmp_path / "studies" / "graphs" / "summary.json", valid())
+    (untimed,) = timeline.from_results(tmp_path)
+    assert (untimed["gpus"], untimed["cores"]) == (0, 2)
+    bad = valid() | {"reserved": {"gpus": ["1"], "cores": [-1], "waited_s": 0.0}}
+    assert any("reserved/cores/0" in p for p in summary.problems(bad))

@@ -55,9 +55,11 @@ def new(
     threads: int,
     started_at: str,
     wall_time_s: float,
+    reserved: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A study's summary: its `result` (what its `run` returned: `rows` and its payload) in the
-    frame every summary carries."""
+    frame every summary carries; `reserved`, the GPUs and cores its job held, where it held
+    some."""
     rows = result["rows"]
     return {
         "summary_version": SUMMARY_VERSION,
@@ -71,6 +73,7 @@ def new(
         "threads": threads,
         "started_at": started_at,
         "wall_time_s": wall_time_s,
+        **({"reserved": reserved} if reserved else {}),
     }
 
 

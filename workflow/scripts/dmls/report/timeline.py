@@ -76,12 +76,18 @@ def run_row(m: dict[str, Any], benchmarks: Path | None = None) -> dict[str, Any]
 
 
 def study_row(s: dict[str, Any]) -> dict[str, Any]:
-    """One special study's row (its summary.json `s`)."""
+    """One special study's row (its summary.json `s`): the GPUs and cores it held where it
+    reserved them (a timed study under isolation), else its threads as cores and no GPUs
+    known."""
     start = _stamp(s.get("started_at"))
     seconds = s.get("wall_time_s")
     end = start + pd.Timedelta(seconds=seconds) if start is not None and seconds else None
+    reserved = s.get("reserved") or {}
     return {"job": f"study {s['study']}", "status": s["status"], "start": start, "end": end,
-            "gpu_ids": [], "gpus": 0, "seconds": seconds}  # fmt: skip
+            "gpu_ids": [str(g) for g in reserved.get("gpus", [])],
+            "gpus": len(reserved.get("gpus", [])),
+            "cores": len(reserved["cores"]) if reserved else s.get("threads"),
+            "waited_s": reserved.get("waited_s"), "seconds": seconds}  # fmt: skip
 
 
 def from_results(results: Path) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,10 @@ from dmls.special.catalog import STUDIES
 from dmls.special.kernels import fused_conv_relu
 from dmls.supervisor import launch, processes, slots
 from dmls.supervisor.hardware import Host, describe
+
+# The GPUs and cores a timed study's job reserved (slots.Reservation.to_dict, as JSON), handed to
+# the study's process, which records them in its summary.json (`reserved`).
+RESERVED = "DMLS_RESERVED"
 
 
 class StudyIncomplete(RuntimeError):
@@ -59,6 +64,7 @@ def run_study(
         threads=threads,
         started_at=started.isoformat(timespec="seconds"),
         wall_time_s=time.perf_counter() - start,
+        reserved=json.loads(os.environ[RESERVED]) if RESERVED in os.environ else None,
     )
     summary.write(out_dir / "summary.json", written)
     incomplete = [r for r in result["rows"] if r["status"] != "ok"]
@@ -137,10 +143,12 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
             reservation = held.enter_context(reserving)
             logging.info("reserved %s", reservation.to_dict())
         log.flush()
+        held_env = None  # the study's process sees its GPUs, runs on its cores, records both
+        if reservation:
+            held_env = reservation.environment() | {RESERVED: json.dumps(reservation.to_dict())}
         outcome = processes.start_and_wait(
-            [command], log, env=reservation.environment() if reservation else None,
-            in_child=reservation.pin if reservation else None,
-        )  # fmt: skip
+            [command], log, env=held_env, in_child=reservation.pin if reservation else None
+        )
     if not outcome.ok:
         raise StudyIncomplete(
             f"{snakemake.params.study}: its process exited with code {outcome.exit_codes[0]} "
