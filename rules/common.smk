@@ -7,7 +7,8 @@ from snakemake.exceptions import WorkflowError
 # Parse time imports only what declares the DAG, none of it torch or matplotlib
 # (tests/test_layers.py): the config, the datasets' file layout, the figure captions and the
 # Slurm resources of a run.
-from dmls.config.spec import resolve_runs
+from dmls.config.priority import LONG_STUDY, run_priority
+from dmls.config.spec import load_schema, resolve_runs
 from dmls.config.studies import baseline_run, run_labels
 from dmls.data import datasets
 from dmls.report import captions
@@ -18,6 +19,7 @@ from dmls.supervisor.slurm import (
 )
 
 RESULTS = config["results_dir"]
+CONFIG_SCHEMA = load_schema()
 STUDIES_DIR = f"{RESULTS}/studies"
 # Every run of every study, keyed "<study>/<run>"; raises (naming the key) on a bad spec.
 RUNS = resolve_runs(config)
@@ -46,6 +48,11 @@ wildcard_constraints:
 
 def run_spec(wildcards):
     return RUNS[f"{wildcards.study}/{wildcards.run}"]
+
+
+def train_priority(wildcards):
+    """A run's priority: the longest start first (dmls/config/priority.py)."""
+    return run_priority(run_spec(wildcards), config.get("data") or {}, CONFIG_SCHEMA)
 
 
 def all_run_metrics():
@@ -296,7 +303,8 @@ def default_submission_resource(name):
     """The partition or account (`name`: slurm_partition, slurm_account) that every job gets
     from --default-resources or the profile's default-resources, as the Slurm plugin hands it
     to sbatch; None where unset or where it is an expression of the job (only its job knows).
-    Before: a partition given this way skipped the check and Slurm's refusal came twice."""
+    Before: a partition given this way skipped the check and Slurm's refusal came twice.
+    """
     import ast
     import os
     import re
@@ -311,7 +319,8 @@ def default_submission_resource(name):
     raw = os.path.expandvars(str(resource.raw)).strip()
     try:  # a quoted string, or None (the profile's unset SBATCH_PARTITION)
         value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):  # a bare word, as Snakemake reads gpu or n1-standard-4
+    except (ValueError, SyntaxError):
+        # A bare word, as Snakemake reads gpu or n1-standard-4.
         value = raw if re.fullmatch(r"[\w.,:+-]+", raw) else None
     return value if isinstance(value, str) and value else None
 

@@ -59,6 +59,8 @@ rule fused_conv_benchmark:
         figure=f"{STUDIES_DIR}/fused_conv/times.png",
     log:
         f"{RESULTS}/logs/studies/fused_conv.log",
+    # Among the longest jobs: started before any run (dmls/config/priority.py).
+    priority: LONG_STUDY
     conda:
         "../envs/pipeline.yaml"
     threads: timed_threads
@@ -173,6 +175,8 @@ rule graphs:
         figure=f"{STUDIES_DIR}/graphs/graphs.png",
     log:
         f"{RESULTS}/logs/studies/graphs.log",
+    # Among the longest jobs: started before any run (dmls/config/priority.py).
+    priority: LONG_STUDY
     conda:
         "../envs/pipeline.yaml"
     threads: timed_threads
@@ -192,6 +196,8 @@ rule collectives:
         figure=f"{STUDIES_DIR}/collectives/bandwidth.png",
     log:
         f"{RESULTS}/logs/studies/collectives.log",
+    # Among the longest jobs: started before any run (dmls/config/priority.py).
+    priority: LONG_STUDY
     conda:
         "../envs/pipeline.yaml"
     threads: special_study_threads("collectives")
@@ -230,6 +236,8 @@ rule sharding:
         figure=f"{STUDIES_DIR}/sharding/memory.png",
     log:
         f"{RESULTS}/logs/studies/sharding.log",
+    # Among the longest jobs: started before any run (dmls/config/priority.py).
+    priority: LONG_STUDY
     conda:
         "../envs/pipeline.yaml"
     threads: special_study_threads("sharding")

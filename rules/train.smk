@@ -11,6 +11,8 @@ rule train:
     # metrics time the launcher and the ranks); bench/dag_table.py reads both.
     benchmark:
         f"{RESULTS}/benchmarks/train/{{study}}/{{run}}.tsv"
+    # Longest first, where jobs wait for cores or GPUs (dmls/config/priority.py).
+    priority: train_priority
     conda:
         "../envs/pipeline.yaml"
     # Runs are timed and compared: locally each takes every core Snakemake may use, so no two
