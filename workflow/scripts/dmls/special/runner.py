@@ -147,8 +147,9 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         if reservation:
             held_env = reservation.environment() | {RESERVED: json.dumps(reservation.to_dict())}
         outcome = processes.start_and_wait(
-            [command], log, env=held_env, in_child=reservation.pin if reservation else None
-        )
+            [command], log, env=held_env, in_child=reservation.pin if reservation else None,
+            heartbeat=joblog.heartbeat(f"study {snakemake.params.study}", log),
+        )  # fmt: skip
     if not outcome.ok:
         raise StudyIncomplete(
             f"{snakemake.params.study}: its process exited with code {outcome.exit_codes[0]} "

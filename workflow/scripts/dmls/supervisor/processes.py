@@ -45,6 +45,8 @@ LAUNCH_FAILED = re.compile(r"Task launch for StepId=\S+ failed on node ([^\s:]+)
 # How long a launcher told to stop (SIGTERM) gets to stop its ranks before it is killed.
 STOP_GRACE_S = 15
 POLL_S = 0.2
+# How often a job still running says so in the terminal (`heartbeat`, dmls.joblog.heartbeat).
+HEARTBEAT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,17 @@ def start_and_wait(
     env: Mapping[str, str] | None = None,
     in_child: Callable[[], None] | None = None,
     timeout_s: float | None = None,
+    heartbeat: Callable[[float], None] | None = None,
+    heartbeat_s: float = HEARTBEAT_S,
 ) -> Outcome:
     """Start every command, its output into `log` (a file), and wait for all. Each runs with
     this process's environment, the command's variables and `env`, and calls `in_child` (if
     any) before it starts. If one fails, the others are stopped; past `timeout_s` (None: no
-    limit), every one is, and the log says so."""
+    limit), every one is, and the log says so. While they run, `heartbeat` (if any) is called
+    every `heartbeat_s` seconds with the seconds so far (a long job's progress in the
+    terminal)."""
     start = time.perf_counter()
+    next_beat = heartbeat_s
     procs = []
     for command in commands:
         # Quoted as a shell would need it, so the line can be pasted; nothing runs in a shell.
@@ -103,6 +110,9 @@ def start_and_wait(
                 file=log, flush=True,
             )  # fmt: skip
             stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
+        if heartbeat is not None and (so_far := time.perf_counter() - start) >= next_beat:
+            heartbeat(so_far)
+            next_beat = so_far + heartbeat_s
         time.sleep(POLL_S)
     if first_failure is None and not timed_out:
         first_failure = next((c for c in codes if c != 0), None)

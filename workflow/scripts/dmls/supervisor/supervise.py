@@ -17,13 +17,13 @@ import csv
 import dataclasses
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from filelock import FileLock, Timeout
 
-from dmls import bytecode, protocol
+from dmls import bytecode, joblog, protocol
 from dmls import record as run_record
 from dmls.config.spec import RunSpec
 from dmls.files import read_json
@@ -131,7 +131,9 @@ def _run(
             load_average_before=os.getloadavg(),
             fault=os.environ[protocol.ENV] if fault else None, runtime=runtime,
         )  # fmt: skip
-        exit_codes, seconds, first_failure = _start_and_wait(commands, log, reservation)
+        exit_codes, seconds, first_failure = _start_and_wait(
+            commands, log, reservation, heartbeat=joblog.heartbeat(spec.run_id, log)
+        )
         built.exited(exit_codes, seconds)
         return _collect(spec, built, run_dir, checkpoint_path, exit_codes, first_failure, log,
                         strict)  # fmt: skip
@@ -252,15 +254,19 @@ def _data_problem(spec: RunSpec, data_dir: Path) -> str | None:
 
 
 def _start_and_wait(
-    commands: list[launch.Command], log: IO[str], reservation: slots.Reservation | None = None
+    commands: list[launch.Command],
+    log: IO[str],
+    reservation: slots.Reservation | None = None,
+    heartbeat: Callable[[float], None] | None = None,
 ) -> tuple[list[int], float, int | None]:
     """Start every command (one per emulated node, or one srun), inside `reservation`'s GPUs
     and cores when there is one, and wait for all (supervisor/processes.py: if one fails, the
-    others are stopped). Returns the exit codes, the seconds taken and the exit code of the
-    first launcher that failed (None if none did)."""
+    others are stopped; `heartbeat` says the run is alive in the terminal). Returns the exit
+    codes, the seconds taken and the exit code of the first launcher that failed (None if none
+    did)."""
     outcome = processes.start_and_wait(
         commands, log, env=reservation.environment() if reservation else None,
-        in_child=reservation.pin if reservation else None,
+        in_child=reservation.pin if reservation else None, heartbeat=heartbeat,
     )  # fmt: skip
     return outcome.exit_codes, outcome.seconds, outcome.first_failure
 
