@@ -35,6 +35,8 @@ A1 = {
         "launcher": "dp", "nproc_per_node": 2, "replica_threads": "persistent"
     },
     "ddp_2gpu": {"launcher": "torchrun", "nproc_per_node": 2},
+    # torchrun's path on a host of one GPU (bench/launch_overhead.py --run ddp_1gpu).
+    "ddp_1gpu": {"launcher": "torchrun", "nproc_per_node": 1},
 }  # fmt: skip
 
 

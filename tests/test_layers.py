@@ -179,6 +179,20 @@ def test_what_runs_outside_the_ranks_imports_no_torch():
     assert "dmls.supervisor.supervise" in torch_free and "dmls.config.spec" in torch_free
 
 
+def test_a_ranks_imports_load_no_scipy():
+    """Issue #41: scipy was 0.6 s of every rank's start on an H200 host (through dmls.record
+    and dmls.stats); dmls.stats imports it when it computes an interval."""
+    code = (
+        "import sys; from dmls.training import job; from dmls import record, stats\n"
+        "print('scipy' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(SCRIPTS)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "False"
+
+
 def test_the_special_studies_declarations_import_no_study():
     """The report reads the special studies' declarations (dmls/special/catalog.py, handed over
     by its entry script); importing them loads no torch, no training code and no study's

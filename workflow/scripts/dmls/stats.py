@@ -17,9 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
+
+
+def _scipy_stats():
+    """scipy.stats, imported when a computation needs it: every training rank imports this
+    module (through dmls.record), and scipy was 0.6 s of each rank's start on an H200 host
+    (bench/launch_overhead.py, issue #41)."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ def mean_interval(
     if n == 1:
         return Estimate(mean, 1)
     std = float(x.std(ddof=1))
-    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * std / math.sqrt(n)
+    half = float(_scipy_stats().t.ppf((1 + confidence) / 2, n - 1)) * std / math.sqrt(n)
     return Estimate(mean, n, std, mean - half, mean + half)
 
 
@@ -160,7 +168,7 @@ def _welch(
         return diff, None, None
     if np.ptp(a) == 0 and np.ptp(b) == 0:  # both sides repeat one value exactly
         return diff, diff, diff
-    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+    ci = _scipy_stats().ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
     return diff, float(ci.low), float(ci.high)
 
 
@@ -210,11 +218,11 @@ def line(xs: Sequence[float], ys: Sequence[float], confidence: float = CONFIDENC
     """The least-squares line through (xs, ys), one point per independent unit (a run's mean
     over its seeds, never each copy of one value); the slope has no interval with fewer than
     three points."""
-    fit = stats.linregress(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float))
+    fit = _scipy_stats().linregress(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float))
     n = len(xs)
     low = high = None
     if n > 2:
-        half = float(stats.t.ppf((1 + confidence) / 2, n - 2)) * fit.stderr
+        half = float(_scipy_stats().t.ppf((1 + confidence) / 2, n - 2)) * fit.stderr
         low, high = fit.slope - half, fit.slope + half
     slope = Comparison(float(fit.slope), low, high, n, n, 0.0)
     return Line(slope, float(fit.intercept), float(fit.rvalue**2), n)
