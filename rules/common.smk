@@ -5,13 +5,14 @@ import time
 from snakemake.exceptions import WorkflowError
 
 # Parse time imports only what declares the DAG, none of it torch or matplotlib
-# (tests/test_layers.py): the config, the datasets' file layout, the figure captions and the
-# Slurm resources of a run.
+# (tests/test_layers.py): the config, the datasets' file layout, the figure captions, the
+# Slurm resources of a run and the count of this host's GPUs.
 from dmls.config.priority import LONG_STUDY, run_priority
 from dmls.config.spec import load_schema, resolve_runs
 from dmls.config.studies import baseline_run, run_labels
 from dmls.data import datasets
 from dmls.report import captions
+from dmls.supervisor import slots
 from dmls.supervisor.slurm import (
     job_resources,
     status_check_problem,
@@ -207,6 +208,32 @@ def collectives_table(wildcards):
 def on_cluster():
     """Whether jobs go to a cluster executor (Slurm): submitted from here, or running in one."""
     return workflow.non_local_exec or workflow.remote_exec
+
+
+# Locally, with isolation, GPUs are a resource Snakemake schedules by (issue #41): a job starts
+# when the GPUs it holds are free, instead of starting and then waiting for them inside its own
+# reservation (supervisor/slots.py) with its cores held. `--resources gpu=N` still overrides
+# the count; on a cluster the allocation does this.
+LOCAL_GPUS = 0 if on_cluster() else slots.gpu_count_here()
+if (
+    LOCAL_GPUS
+    and config["isolation"] != "none"
+    and "gpu" not in workflow.global_resources
+):
+    workflow.global_resources["gpu"] = LOCAL_GPUS
+
+
+def run_gpus(wildcards, attempt):
+    """A run's `gpu` resource: its GPUs (job_resources), as many as this host has at most (a
+    run that needs more starts, and is skipped with its reason); unset on a cluster."""
+    gpus = run_resource("gpu")(wildcards, attempt)
+    return min(gpus, LOCAL_GPUS) if gpus is not None and LOCAL_GPUS else gpus
+
+
+def study_gpus(wanted):
+    """A timed special study's `gpu` resource: the GPUs it reserves (`wanted`, or as many as
+    this host has); none on a host without GPUs or on a cluster."""
+    return None if on_cluster() else min(wanted, LOCAL_GPUS)
 
 
 def run_resource(name):

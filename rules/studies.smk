@@ -20,6 +20,9 @@ rule profile_b_model:
     conda:
         "../envs/pipeline.yaml"
     threads: timed_threads
+    # Locally, the GPU it reserves, so it starts when one is free (common.smk, LOCAL_GPUS).
+    resources:
+        gpu=study_gpus(1),
     params:
         study="profiler",
         timed=True,  # reserves its cores and a GPU, where there is one
@@ -64,6 +67,9 @@ rule fused_conv_benchmark:
     conda:
         "../envs/pipeline.yaml"
     threads: timed_threads
+    # Locally, the GPU it reserves, so it starts when one is free (common.smk, LOCAL_GPUS).
+    resources:
+        gpu=study_gpus(1),
     params:
         study="fused_conv",
         timed=True,  # reserves its cores and a GPU, where there is one
@@ -86,6 +92,9 @@ rule lenet_memory:
     conda:
         "../envs/pipeline.yaml"
     threads: timed_threads
+    # Locally, the GPU it reserves, so it starts when one is free (common.smk, LOCAL_GPUS).
+    resources:
+        gpu=study_gpus(1),
     params:
         study="lenet_memory",
         timed=True,  # reserves its cores and a GPU, where there is one
@@ -180,6 +189,9 @@ rule graphs:
     conda:
         "../envs/pipeline.yaml"
     threads: timed_threads
+    # Locally, the GPU it reserves, so it starts when one is free (common.smk, LOCAL_GPUS).
+    resources:
+        gpu=study_gpus(1),
     params:
         study="graphs",
         timed=True,  # reserves its cores and a GPU, where there is one
@@ -209,6 +221,8 @@ rule collectives:
         cpus_per_task=collectives_resource("cpus_per_task"),
         mem_mb=collectives_resource("mem_mb"),
         runtime=collectives_resource("runtime"),
+        # Locally, the GPUs it reserves, so it starts when they are free (common.smk).
+        gpu=study_gpus(max(config["special_studies"]["collectives"]["processes"])),
     params:
         study="collectives",
         timed=True,  # reserves its cores and its GPUs, where there are any
@@ -241,6 +255,9 @@ rule sharding:
     conda:
         "../envs/pipeline.yaml"
     threads: special_study_threads("sharding")
+    # Locally, the GPUs it reserves, so it starts when they are free (common.smk).
+    resources:
+        gpu=study_gpus(max(config["special_studies"]["sharding"]["processes"])),
     params:
         study="sharding",
         timed=True,  # reserves its cores and its GPUs, where there are any

@@ -17,7 +17,8 @@ rule train:
         "../envs/pipeline.yaml"
     # Runs are timed and compared: locally each takes every core Snakemake may use, so no two
     # runs (or any other job) share cores or GPUs; on Slurm each gets the CPUs it asked for.
-    # Snakemake does not assign GPU ids; locally `--resources gpu=N` caps the GPUs in use.
+    # Snakemake does not assign GPU ids; locally it counts them (`gpu`, LOCAL_GPUS in
+    # common.smk, or `--resources gpu=N`) and the job reserves which (supervisor/slots.py).
     threads: run_threads
     # What the run asks Slurm for, derived from its spec and the config's `cluster` section.
     resources:
@@ -27,7 +28,7 @@ rule train:
         cpus_per_task=run_resource("cpus_per_task"),
         mem_mb=run_resource("mem_mb"),
         runtime=run_resource("runtime"),
-        gpu=run_resource("gpu"),
+        gpu=run_gpus,
         gres=run_resource("gres"),
         tasks_per_gpu=run_resource("tasks_per_gpu"),
     params:

@@ -238,10 +238,12 @@ def test_the_launcher_pattern_sees_every_way_of_comparing_it():
 
 def test_parsing_the_workflow_imports_no_torch_and_leaves_the_environment_as_it_was(tmp_path):
     """Snakemake's parse (and its dry run's input functions) imports only what declares the
-    DAG: the config, the datasets' file layout, the captions and the Slurm resources
-    (rules/common.smk); none of it torch or matplotlib, and the environment is not changed."""
+    DAG: the config, the datasets' file layout, the captions, the Slurm resources and the
+    count of this host's GPUs (rules/common.smk); none of it torch or matplotlib, and the
+    environment is not changed."""
     allowed = ("dmls.config", "dmls.data.datasets", "dmls.data.sources", "dmls.files",
-               "dmls.report.captions", "dmls.supervisor.slurm")  # fmt: skip
+               "dmls.report.captions", "dmls.supervisor.slurm",
+               "dmls.supervisor.slots")  # fmt: skip
     code = f"""
 import json, os, sys
 from snakemake.cli import main

@@ -2,11 +2,13 @@
 nothing, released when the holder ends, however it ends."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +150,58 @@ def test_cores_beyond_the_host_or_below_a_runs_processes_are_said_before_the_dag
         "cores, so the timings they record are slower than they would be"
     ]
     assert core_advice(4, 16, runs, "host") == []
+
+
+def fake_nvidia_smi(folder, gpus: int):
+    """A PATH holding an nvidia-smi that lists `gpus` GPUs, as the real one's index query."""
+    folder.mkdir(exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + "".join(f"echo {i}\n" for i in range(gpus)))
+    smi.chmod(0o755)
+    return f"{folder}:{os.environ['PATH']}"
+
+
+def test_the_gpus_here_are_counted_without_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", fake_nvidia_smi(tmp_path / "bin", 2))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert slots.gpu_count_here() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert slots.gpu_count_here() == 1
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert slots.gpu_count_here() == 0
+
+
+def test_with_isolation_snakemake_schedules_by_the_hosts_gpus(tmp_path):
+    """Issue #41: on a 1-GPU host, C waited 150 s inside its job for the GPU other studies held,
+    with its core held. Locally with isolation the host's GPUs are a resource Snakemake
+    schedules by; a job asks for at most as many as the host has; without isolation, no cap."""
+    path = fake_nvidia_smi(tmp_path / "bin", 1)
+    bin_dir = Path(sys.executable).parent
+
+    def dry(isolation):
+        return subprocess.run(
+            [str(bin_dir / "snakemake"), "-n", "--cores", "4", "--forceall", "--config",
+             f"results_dir={tmp_path / 'results'}", f"isolation={isolation}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            env=os.environ | {"PATH": path},
+        )  # fmt: skip
+
+    out = dry("devices")
+    assert out.returncode == 0, out.stderr
+    # C asks for the GPU it reserves; A1's 2-GPU runs for the one GPU there is.
+    job = re.search(r"rule fused_conv_benchmark:\n(?:    .*\n)*?    resources: (.*)", out.stdout)
+    assert job and "gpu=1" in job.group(1)
+    gpus = {int(g) for g in re.findall(r"runtime=\d+, gpu=(\d+)", out.stdout)}
+    assert gpus == {0, 1}
+    # A real run's provided resources: the host's GPUs with isolation, none without.
+    target = str(tmp_path / "results" / "studies" / "float32_bytes" / "summary.json")
+    for isolation, provided in (("devices", True), ("none", False)):
+        run = subprocess.run(
+            [str(bin_dir / "snakemake"), "--cores", "1", "--config",
+             f"results_dir={tmp_path / isolation}", f"isolation={isolation}", "--",
+             target.replace(str(tmp_path / "results"), str(tmp_path / isolation))],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env=os.environ | {"PATH": path},
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert ('Provided resources: gpu=Resource("gpu", 1)' in run.stderr) == provided

@@ -16,6 +16,8 @@ once don't share GPUs either. On a Slurm cluster the job's allocation does this 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +35,23 @@ POLL_S = 1.0
 def slots_dir() -> Path:
     default = Path(tempfile.gettempdir()) / f"dmls-slots-{os.getuid()}"
     return Path(os.environ.get(SLOTS_DIR_ENV, default))
+
+
+def gpu_count_here() -> int:
+    """The GPUs this process may use, asked of nvidia-smi (no torch imported, no CUDA
+    initialised: the workflow asks it when it is parsed) and narrowed by CUDA_VISIBLE_DEVICES;
+    0 where nvidia-smi is missing or fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if out.returncode:
+        return 0
+    return len(visible_gpus(sum(1 for line in out.stdout.splitlines() if line.strip())))
 
 
 def visible_gpus(count: int) -> list[str]:
