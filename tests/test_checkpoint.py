@@ -284,7 +284,7 @@ def test_a_rank_stopped_by_a_full_disk_fails_the_job_and_leaves_the_run_resumabl
     run_dir = tmp_path / "run"
     reason = "DiskFull: [Errno 28] no space left on the device writing checkpoint x.pt"
 
-    def launched(commands, log, reservation=None):
+    def launched(commands, log, reservation=None, heartbeat=None):
         write_json(run_dir / "error-rank0.json",
                    {"rank": 0, "time": 1.0, "error": reason, "resumable": True})  # fmt: skip
         return [1], 0.5, 1

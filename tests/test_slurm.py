@@ -159,7 +159,7 @@ def test_a_run_whose_launch_failed_on_a_node_fails_its_job_and_stays_resumable(
     for path in saved:
         path.write_bytes(b"epoch 1")
 
-    def launched(commands, log, reservation=None):
+    def launched(commands, log, reservation=None, heartbeat=None):
         log.write(LAUNCH_FAILED)
         log.flush()
         return [233], 1.5, 233
