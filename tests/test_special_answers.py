@@ -565,7 +565,7 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     assert facts["timed_only"] == (
         "the mode cpu was timed only, not trained for accuracy (the config's accuracy_modes)"
     )
-    assert facts["seeds"] == "2" and facts["epochs"] == "1"
+    assert facts["seeds"] == "2 seeds" and facts["epochs"] == "1 epoch"
 
 
 def test_c_without_cuda_says_why_the_kernel_is_not_measured(tmp_path):

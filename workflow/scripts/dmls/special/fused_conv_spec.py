@@ -24,6 +24,11 @@ from dmls.report.wording import points_text
 from dmls.study_spec import Facts, StudySpec, Table
 
 
+def _count(n: int | None, noun: str) -> str:
+    """'1 epoch', '3 seeds'; '? epochs' where the summary lacks the number."""
+    return f"{n} {noun}" if n == 1 else f"{'?' if n is None else n} {noun}s"
+
+
 def _ms(value: float) -> str:
     """A time per step in ms with three significant digits, zeros kept: '1.00', '0.504'."""
     digits = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 2
@@ -142,8 +147,8 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     return "measured", {
         "shallow": str(shallow),
         "deep": str(deep),
-        "epochs": str((summary.get("config") or {}).get("epochs", "")),
-        "seeds": str(summary.get("accuracy_seeds", "")),
+        "epochs": _count((summary.get("config") or {}).get("epochs"), "epoch"),
+        "seeds": _count(summary.get("accuracy_seeds"), "seed"),
         "forward_shallow": c.part(shallow, "forward"),
         "backward_shallow": c.part(shallow, "backward"),
         "forward_deep": c.part(deep, "forward"),
