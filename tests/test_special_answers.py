@@ -760,3 +760,18 @@ def test_every_special_section_says_what_it_ran_on():
     assert special.provenance(synthetic) == (
         "Ran on SYNTHETIC CIFAR-shaped images; NVIDIA H200 (GPU)."
     )
+
+
+def test_c_names_every_mode_timed_only_and_no_mode_whose_accuracy_failed():
+    from dmls.special.fused_conv import TIMED_ONLY
+    from dmls.special.fused_conv_spec import Measured
+
+    rows = [
+        {"depth": 2, "mode": "cudnn", "status": "ok", "accuracy_reason": None},
+        {"depth": 2, "mode": "fused", "status": "ok", "accuracy_reason": TIMED_ONLY},
+        {"depth": 2, "mode": "cpu", "status": "failed",
+         "accuracy_reason": "accuracy seed 0 (1/3): RuntimeError: out of memory"},
+    ]  # fmt: skip
+    assert Measured(rows, [], []).timed_only() == (
+        "the mode fused was timed only, not trained for accuracy (the config's accuracy_modes)"
+    )

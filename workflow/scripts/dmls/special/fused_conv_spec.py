@@ -24,6 +24,12 @@ from dmls.report.wording import points_text
 from dmls.study_spec import Facts, StudySpec, Table
 
 
+def _timed_only(row: dict[str, Any]) -> bool:
+    """Whether a mode was timed only: its accuracy_reason is fused_conv.TIMED_ONLY (not a failed
+    accuracy training's reason). Read as text: this module imports no torch."""
+    return str(row.get("accuracy_reason") or "").startswith("timed only")
+
+
 def _count(n: int | None, noun: str) -> str:
     """'1 epoch', '3 seeds'; '? epochs' where the summary lacks the number."""
     return f"{n} {noun}" if n == 1 else f"{'?' if n is None else n} {noun}s"
@@ -108,8 +114,7 @@ class Measured:
         if not parts:  # why the modes trained for accuracy (not the timed only) have none
             wanted = [
                 r for r in self.rows
-                if int(r["depth"]) == depth and r["status"] != OK
-                and not str(r.get("accuracy_reason") or "").startswith("timed only")
+                if int(r["depth"]) == depth and r["status"] != OK and not _timed_only(r)
             ]  # fmt: skip
             return not_measured(skip_reason(wanted) or "no accuracy training finished")
         fused, cudnn = self.accuracies(depth, "fused"), self.accuracies(depth, "cudnn")
@@ -120,12 +125,7 @@ class Measured:
     def timed_only(self) -> str:
         """Which modes were timed only (the config's accuracy_modes leave them out)."""
         first = min(int(r["depth"]) for r in self.rows)
-        modes = [
-            r["mode"]
-            for r in self.rows
-            if int(r["depth"]) == first and r.get("accuracy_reason")
-            and r["mode"] not in ("cudnn", "fused")
-        ]  # fmt: skip
+        modes = [r["mode"] for r in self.rows if int(r["depth"]) == first and _timed_only(r)]
         if not modes:
             return "every mode was trained for its accuracy"
         which = f"mode {modes[0]} was" if len(modes) == 1 else f"modes {' and '.join(modes)} were"
