@@ -2,8 +2,11 @@
 meaningless here; the GPU tables are in docs/performance.md)."""
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -151,3 +154,33 @@ def test_the_dag_table_gives_the_wall_against_the_dags_inherent_time(tmp_path):
         "inherent time 120 s: the longest job 120 s, 120 GPU-seconds over 1 GPUs 120 s; the "
         "wall is 1.25x it" in out
     )
+
+
+def test_the_fused_conv_benchmark_times_cs_cpu_mode_and_prices_its_protocol(tmp_path):
+    """bench/fused_conv_time.py on tiny synthetic data, CPU only (the GPU modes need CUDA)."""
+    data = tmp_path / "data"
+    code = (
+        "import sys; from pathlib import Path; from dmls.data import datasets\n"
+        "datasets.prepare('synthetic_cifar', {'n_train': 64, 'n_test': 16, 'seed': 0},"
+        " Path(sys.argv[1]))"
+    )
+    env = os.environ | {"PYTHONPATH": str(ROOT / "workflow" / "scripts")}
+    subprocess.run([sys.executable, "-c", code, str(data)], check=True, env=env)
+    out = tmp_path / "c.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fused_conv_time.py"), "--data-dir", str(data),
+         "--dataset", "synthetic_cifar", "--steps", "22", "--threads", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    cpu = [r for r in report["rows"] if r["mode"] == "cpu"]
+    assert [r["depth"] for r in cpu] == report["config"]["depths"]
+    for row in cpu:  # 22 steps, 20 of them warm-up (the config's)
+        assert row["steps"] == 22 and row["timed_steps"] == 2 and row["forward_ms"] > 0
+        # The CPU mode is timed only by default: its protocol is the speed repeats alone.
+        cfg = report["config"]
+        speed = cfg["repeats"] * (cfg["warmup_steps"] + cfg["timed_steps"]) * row["step_ms"] / 1e3
+        assert row["protocol_s"] == pytest.approx(speed)
+        assert row["every_mode_trained_s"] > 0
+    assert "C's protocol, from these: about" in done.stdout
