@@ -33,11 +33,16 @@ PRINTED = ("job", "status", "step", "gpus", "cores", "waited_s", "job_s", "secon
            "teardown_s", "epochs")  # fmt: skip
 
 
+def job_seconds(table: pd.DataFrame) -> pd.Series:
+    """Each job's own time where Snakemake's benchmark has it (runs), else the launcher's or
+    the study's."""
+    return table["job_s"].fillna(table["seconds"]) if "job_s" in table else table["seconds"]
+
+
 def inherent(table: pd.DataFrame, gpus: int) -> dict[str, float]:
     """The DAG's inherent time on a host of `gpus` GPUs: the longest job's seconds, or every
-    job's GPUs × seconds summed over the host's GPUs, whichever is larger (each job's own
-    time where Snakemake's benchmark has it, else the launcher's or the study's)."""
-    seconds = table["job_s"].fillna(table["seconds"]) if "job_s" in table else table["seconds"]
+    job's GPUs × seconds summed over the host's GPUs, whichever is larger (`job_seconds`)."""
+    seconds = job_seconds(table)
     gpu_seconds = float((table["gpus"].fillna(0) * seconds.fillna(0)).sum())
     longest = float(seconds.max())
     per_gpu = gpu_seconds / gpus if gpus else 0.0
@@ -60,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.DataFrame(rows).sort_values("seconds", ascending=False, na_position="last")
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    # A job's own time where Snakemake's benchmark has it (runs), else the study's.
-    seconds = table["job_s"].fillna(table["seconds"]) if "job_s" in table else table["seconds"]
+    seconds = job_seconds(table)
     total = seconds.sum()
     two_gpu = seconds[table["gpus"] >= 2].sum() if "gpus" in table else 0
     print(

@@ -70,7 +70,7 @@ def main() -> None:
     out["extension_load_s"] = time.perf_counter() - start
     print(f"{out['device']}, torch {out['torch']}, {args.threads} threads; extension "
           f"{out['extension_load_s']:.1f} s", flush=True)  # fmt: skip
-    steps_full = cfg["epochs"] * -(-n_train // cfg["batch_size"])
+    steps_full = fused_conv.training_steps(n_train, cfg)
     for depth in cfg["depths"]:
         torch.manual_seed(cfg["seed"])
         shape, classes = dataset.manifest["input_shape"], dataset.manifest["num_classes"]

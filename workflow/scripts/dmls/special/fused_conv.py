@@ -162,6 +162,12 @@ def _tensors(dataset: datasets.Dataset, cfg: dict[str, Any]):
     )
 
 
+def training_steps(n_train: int, cfg: dict[str, Any]) -> int:
+    """The steps of one accuracy training: `epochs` over `n_train` images in batches of
+    `batch_size`, the last batch of each epoch short."""
+    return cfg["epochs"] * math.ceil(n_train / cfg["batch_size"])
+
+
 def train(
     model: nn.Module,
     mode: Mode,
@@ -181,7 +187,7 @@ def train(
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
     order = torch.Generator().manual_seed(seed)  # the same batches for every mode
     timer = StepTimer(device)
-    total = steps if steps is not None else cfg["epochs"] * -(-len(x_train) // cfg["batch_size"])
+    total = steps if steps is not None else training_steps(len(x_train), cfg)
     step, epoch, train_loss = 0, 0, math.nan
     start = time.perf_counter()
     with torch.backends.cudnn.flags(enabled=mode.cudnn, allow_tf32=cfg["tf32"]):
@@ -424,18 +430,15 @@ def verdicts(
             }
             if result is None:
                 speedup[part]["reason"] = "; ".join(not_measured) or "no positive times"
+        percent = {m: [100 * a for a in values(m, "test_accuracy", accuracy_rows)] for m in modes}
         accuracy = {}
         for mode in modes:
-            percent = [100 * a for a in values(mode, "test_accuracy", accuracy_rows)]
-            estimate = stats.mean_interval(percent)
+            estimate = stats.mean_interval(percent[mode])
             accuracy[mode] = None if estimate is None else {
                 "mean": estimate.mean, "low": estimate.low, "high": estimate.high,
                 "n": estimate.n,
             }  # fmt: skip
-        fused, cudnn = (
-            [100 * a for a in values(m, "test_accuracy", accuracy_rows)] for m in ("fused", "cudnn")
-        )
-        points = stats.difference(fused, cudnn)
+        points = stats.difference(percent.get("fused", []), percent.get("cudnn", []))
         by_depth[str(depth)] = {
             "fused_vs_cudnn": {"forward": speedup["forward"], "backward": speedup["backward"]},
             "test_accuracy_percent": accuracy,
