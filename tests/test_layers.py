@@ -162,6 +162,15 @@ def modules(folder: str = "") -> list[str]:
     )
 
 
+def printed(code: str) -> str:
+    """What `code` prints, run in a fresh interpreter with the package importable: what a
+    process that imports only that loads."""
+    return subprocess.run(
+        [sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(SCRIPTS)},
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
 def test_what_runs_outside_the_ranks_imports_no_torch():
     torch_free = [*modules("config"), *modules("supervisor"), "dmls.files",
                   "dmls.protocol", "dmls.training.faults", "dmls.training.worker"]  # fmt: skip
@@ -171,11 +180,7 @@ def test_what_runs_outside_the_ranks_imports_no_torch():
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'torch', 'accelerate', 'matplotlib', 'pandas'}))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(SCRIPTS)},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert out.stdout.strip() == "[]"
+    assert printed(code) == "[]"
     assert "dmls.supervisor.supervise" in torch_free and "dmls.config.spec" in torch_free
 
 
@@ -186,11 +191,7 @@ def test_a_ranks_imports_load_no_scipy():
         "import sys; from dmls.training import job; from dmls import record, stats\n"
         "print('scipy' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(SCRIPTS)},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert out.stdout.strip() == "False"
+    assert printed(code) == "False"
 
 
 def test_the_special_studies_declarations_import_no_study():
@@ -204,11 +205,7 @@ def test_the_special_studies_declarations_import_no_study():
         "m.startswith(('dmls.training', 'dmls.supervisor')) or "
         "m.startswith('dmls.special.') and not m.endswith(('_spec', '.catalog'))))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=os.environ | {"PYTHONPATH": str(SCRIPTS)},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert out.stdout.strip() == "[]"
+    assert printed(code) == "[]"
 
 
 def test_the_launcher_is_compared_only_where_it_must_be():
