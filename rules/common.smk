@@ -431,6 +431,41 @@ def say_what_this_host_will_run():
     print(plan(RUNS, host), file=sys.stderr)
 
 
+def say_how_long():
+    """About how long this DAG takes here, before any job: an estimate from measured costs
+    (dmls/supervisor/estimate.py, config/costs.yaml), said to be one. Not under Slurm, whose
+    queue decides when jobs start."""
+    import os
+
+    from dmls.supervisor.estimate import (
+        estimate,
+        jobs_of,
+        load_costs,
+        plain,
+        said,
+        write_estimate,
+    )
+    from dmls.supervisor.hardware import host_facts
+
+    if workflow.executor_plugin.name == "slurm":
+        return
+    jobs = jobs_of(workflow)
+    if jobs is None:
+        print(
+            "No estimate of the DAG's time: this Snakemake's scheduler is not readable.",
+            file=sys.stderr,
+        )
+        return
+    host, _ = host_facts(Path(RESULTS) / "hosts")
+    costs = load_costs(Path(workflow.basedir) / "config" / "costs.yaml")
+    cores = min(workflow.cores, len(os.sched_getaffinity(0)))
+    gpus = workflow.global_resources.get("gpu")
+    gpus = None if gpus is None else plain(gpus)
+    est, section = estimate(jobs, RUNS, host, cores, gpus, costs, config, CONFIG_SCHEMA)
+    print(said(jobs, est, section, cores, gpus), file=sys.stderr)
+    write_estimate(Path(RESULTS) / "logs" / "estimate.json", jobs, est, cores, gpus)
+
+
 onstart:
     claim_results_dir()
     check_slurm_status_checks()
@@ -438,6 +473,7 @@ onstart:
     advise_bytecode_cache()
     advise_cores()
     say_what_this_host_will_run()
+    say_how_long()
     say_what_will_be_replaced()
 
 

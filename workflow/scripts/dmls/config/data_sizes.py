@@ -21,6 +21,7 @@ from typing import Any
 # official archive's by default), and Debian's dataset-fashion-mnist and torchvision's download
 # are the published IDX files.
 PUBLISHED_TRAIN_SAMPLES = {"cifar10": 50_000, "fashion_mnist": 60_000}
+PUBLISHED_TEST_SAMPLES = {"cifar10": 10_000, "fashion_mnist": 10_000}
 # What the engine's own refusals add: they come from a job, where the config check could not.
 FOUND_IN_THE_JOB = "found in the job: this data's size is known only once it is read"
 
@@ -51,6 +52,23 @@ def known_train_samples(
         if Path(cfg.get("debian_dir") or debian) == Path(debian):
             return PUBLISHED_TRAIN_SAMPLES[dataset], "Fashion-MNIST's published set"
     return None  # the user's own files, of any size
+
+
+def known_test_samples(
+    dataset: str, data: Mapping[str, Any], schema: Mapping[str, Any]
+) -> int | None:
+    """The test samples `dataset` has under config `data`, where the config fixes them (as
+    `known_train_samples` decides it); None where only reading the data tells."""
+    if known_train_samples(dataset, data, schema) is None:
+        return None
+    node = schema["properties"]["data"]["properties"][dataset]
+    cfg, defaults = data.get(dataset) or {}, node.get("properties", {})
+    if dataset == "synthetic_cifar":
+        return cfg.get("n_test", node["default"]["n_test"])
+    if dataset == "tabular":
+        synthetic = cfg.get("synthetic") or {}
+        return synthetic.get("n_test", defaults["synthetic"]["default"]["n_test"])
+    return PUBLISHED_TEST_SAMPLES[dataset]
 
 
 def problems(spec: Any, data: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
