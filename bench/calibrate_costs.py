@@ -14,11 +14,11 @@ seconds (Snakemake's benchmark; where the folder has none, the launcher's second
 setup, the first seed's warm-up (its first epoch over a steady one: CUDA graph capture, cuDNN's
 autotuning), a steady epoch's training per sample and evaluation per sample (median over the
 epochs after the first, or the first where there is one), a checkpoint per epoch. From each
-special study's summary.json, its seconds, and from each skipped run its job's seconds (both
-from `--studies`' folder where given: another DAG on a host of the kind, whose runs' costs are
-not wanted). From the log, every other rule's median job seconds (prepare_data,
-aggregate_runs, report_study, render_report, build_fused_conv_relu), to the second; the rules of
-special studies are timed by their summary.json instead.
+special study's summary.json, its seconds and the settings it ran with, and from each skipped
+run its job's seconds (both from `--studies`' folder where given: another DAG on a host of the
+kind, whose runs' costs are not wanted). From the log, every other rule's median job seconds
+(prepare_data, aggregate_runs, report_study, render_report, build_fused_conv_relu), to the
+second; the rules of special studies are timed by their summary.json instead.
 
 Recalibrate on your own host by running the DAG there and this script on its results folder.
 """
@@ -46,6 +46,8 @@ STARTED = re.compile(r"^(?:local)?rule (\w+):$")
 JOBID = re.compile(r"^\s+jobid: (\d+)$")
 FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
 STUDY_OUTPUT = re.compile(r"^\s+output: .*/studies/\w+/summary\.json")
+# A special study's settings that change nothing it runs (a title; a path the DAG hands it).
+UNTIMED_SETTINGS = ("enabled", "title", "collectives_csv")
 # Rules whose jobs the estimate times from records (runs, studies), not from the log.
 FROM_RECORDS = {"train"}
 
@@ -148,7 +150,10 @@ def section(results: Path, studies_dir: Path, log: Path | None, host: str,
     for path in sorted(studies_dir.glob("studies/*/summary.json")):
         summary = read_summary(path)
         if summary["status"] == "ok" and summary.get("wall_time_s"):
-            studies[summary["study"]] = {"seconds": three(summary["wall_time_s"])}
+            settings = {k: v for k, v in (summary.get("config") or {}).items()
+                        if k not in UNTIMED_SETTINGS}  # fmt: skip
+            studies[summary["study"]] = {"seconds": three(summary["wall_time_s"]),
+                                         "settings": settings}  # fmt: skip
     measured, study_rules = rule_seconds(log) if log else ({}, set())
     rules = {k: v for k, v in measured.items() if k not in FROM_RECORDS | study_rules}
     return {

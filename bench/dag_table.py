@@ -14,11 +14,16 @@ and cores they reserved (their summary.json `reserved`; without one, their threa
 Then the totals, and the DAG's wall (`--wall`) against its inherent time: what no scheduler could
 beat on this host, the longest job or the GPU-seconds the jobs held over the host's GPUs
 (`--gpus`; by default as many as the jobs held between them), whichever is larger.
+
+Where the DAG wrote its start-of-run estimate (logs/estimate.json, dmls/supervisor/estimate.py),
+each row has the seconds estimated for it (`est_s`), and the estimated wall is set against
+`--wall`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -31,6 +36,18 @@ from dmls.report.timeline import from_results
 PRINTED = ("job", "status", "step", "gpus", "cores", "waited_s", "job_s", "seconds",
            "launcher_s", "import_s", "setup_s", "pg_s", "train_s", "eval_s", "ckpt_s",
            "teardown_s", "epochs")  # fmt: skip
+
+
+def estimated(results: Path) -> tuple[dict[str, float], float | None]:
+    """The start-of-run estimate in `results` (logs/estimate.json): each job's seconds, named as
+    this table names it, and the wall; nothing where the DAG wrote none."""
+    path = results / "logs" / "estimate.json"
+    if not path.exists():
+        return {}, None
+    body = json.loads(path.read_text())
+    named = {(j["job"] if j["rule"] == "train" else f"study {j['job']}"): j["seconds"]
+             for j in body["jobs"]}  # fmt: skip
+    return named, body["wall_s"]
 
 
 def job_seconds(table: pd.DataFrame) -> pd.Series:
@@ -58,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     found = from_results(args.results)
-    rows = [{k: r.get(k) for k in PRINTED} for r in found]
+    guess, guess_wall = estimated(args.results)
+    columns = PRINTED if not guess else (*PRINTED[:7], "est_s", *PRINTED[7:])
+    rows = [{k: r.get(k) for k in columns} | ({"est_s": guess.get(r["job"])} if guess else {})
+            for r in found]  # fmt: skip
     if not rows:
         print(f"no metrics.json or summary.json under {args.results}", file=sys.stderr)
         return 1
@@ -81,6 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         + (f"; the wall is {args.wall / bound['inherent_s']:.2f}x it" if args.wall else "")
         + ("" if gpus else " (no job reserved a GPU: isolation none, or a CPU host)")
     )
+    if guess_wall is not None:
+        print(
+            f"estimated at the start: {guess_wall:.0f} s"
+            + (
+                f"; measured {args.wall:.0f} s, {args.wall / guess_wall:.2f}x it"
+                if args.wall
+                else ""
+            )
+        )
     if args.json:
         args.json.write_text(table.to_json(orient="records", indent=1))
     return 0

@@ -128,7 +128,7 @@ def test_the_estimate_says_what_it_rests_on_and_its_longest_jobs():
         "measured_on": {"host": "the test box"},
         "skipped_job_s": 2.0,
         "rules": {"aggregate_runs": 3.0},
-        "studies": {"profiler": {"seconds": 120.0}},
+        "studies": {"profiler": {"seconds": 120.0, "settings": {"repeats": 5, "batch": 8}}},
         "runs": {},
     }
     costs = {"cpu": section | {"runs": {"t/other": {
@@ -139,8 +139,10 @@ def test_the_estimate_says_what_it_rests_on_and_its_longest_jobs():
     jobs = [Job(1, "train", "t/r", 1, 0, 2), Job(2, "profile_b_model", "profiler", 1, 0, 40),
             Job(3, "aggregate_runs", "aggregate_runs", 1, 0, 0, (1, 2)),
             Job(4, "mystery", "mystery", 1, 0, 0)]  # fmt: skip
-    est, _ = estimate(jobs, {"t/r": spec}, CPU_HOST, 2, None, costs, {}, SCHEMA)
+    config = {"special_studies": {"profiler": {"repeats": 2, "batch": 8}}}
+    est, _ = estimate(jobs, {"t/r": spec}, CPU_HOST, 2, None, costs, config, SCHEMA)
     assert est.seconds == {1: 15.0, 2: 120.0, 3: 3.0, 4: 0.0}
+    assert est.changed == {"profiler": ["repeats"]}
     assert est.basis == {1: "similar", 2: "measured", 3: "rule", 4: "none"}
     assert est.wall_s == 123.0  # the run beside the study, then the aggregation
     text = said(jobs, est, costs["cpu"], 2, None)
@@ -151,6 +153,9 @@ def test_the_estimate_says_what_it_rests_on_and_its_longest_jobs():
     assert "longest: profiler ~2 min, t/r ~15 s, aggregate_runs ~3 s" in text
     assert "1 run(s) not measured there" in text
     assert "no cost known (counted as 0 s): mystery" in text
+    assert (
+        "set otherwise than when measured, taken at the measured time: profiler (repeats)" in text
+    )
     # A run this host can't train costs a skipped job's time.
     fp8 = make_spec(study="t", run="r", device="cuda", precision="fp8")
     est, _ = estimate(jobs[:1], {"t/r": fp8}, CPU_HOST, 2, None, costs, {}, SCHEMA)

@@ -1,5 +1,6 @@
 """The Snakemake DAG itself: dry run, lint, formatting, and the .test config end to end."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -376,6 +377,29 @@ def test_the_end_of_the_dag_says_how_its_runs_ended_and_why_some_were_skipped(da
     assert re.search(r"\n  2 run\(s\) — backend 'nccl' runs on CUDA devices only; .*: "
                      r"backend/nccl_b32, backend/nccl_b128\n", summary)  # fmt: skip
     assert f"Report: {dag / 'report' / 'report.html'}" in summary
+
+
+@pytest.mark.e2e
+def test_the_dag_says_how_long_it_will_take_here_before_any_job(dag):
+    """Issue #41: an estimate of every job this invocation runs, said to be one, before the
+    first job starts; logs/estimate.json keeps it for bench/dag_table.py."""
+    said = (dag.parent / "snakemake.stderr").read_text()
+    line = re.search(r"Estimated time for these (\d+) jobs here: about [^(]+\(an estimate, not a "
+                     r"measurement: each job's time as measured on [^,]+", said)  # fmt: skip
+    assert line and said.index(line[0]) < said.index("Select jobs to execute")
+    estimate = json.loads((dag / "logs" / "estimate.json").read_text())
+    assert len(estimate["jobs"]) == int(line[1]) and estimate["wall_s"] > 0
+    trained = {j["job"] for j in estimate["jobs"] if j["rule"] == "train"}
+    runs = pd.read_csv(dag / "runs.csv")
+    assert trained == set(runs["study"] + "/" + runs["run"])
+    skipped = set(runs.loc[runs["status"] == "skipped", "study"] + "/" + runs["run"])
+    basis = {j["job"]: j["basis"] for j in estimate["jobs"]}
+    assert {job for job in trained if basis[job] == "skipped"} == skipped
+    table = subprocess.run([sys.executable, "bench/dag_table.py", str(dag), "--wall", "100"],
+                           cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert " est_s " in table.stdout
+    assert f"estimated at the start: {estimate['wall_s']:.0f} s; measured 100 s" in table.stdout
 
 
 @pytest.mark.e2e

@@ -9,7 +9,8 @@ Each job Snakemake is about to run gets a time from costs measured on a referenc
   epoch's training and evaluation scaled by samples, and checkpoint; a run the reference did
   not measure takes the costs of the runs most like it (same device, launcher, processes, step,
   loader, precision, then fewer of these); a run this host skips takes a skipped job's time;
-- a special study: its measured time, as it ran there (not scaled by its settings);
+- a special study: its measured time, as it ran there (not scaled by its settings: where they
+  differ, the estimate names the keys);
 - every other job (data, aggregation, the report): its rule's median time.
 
 Then the jobs are packed onto this host as Snakemake starts them: whenever cores or GPUs free
@@ -62,6 +63,8 @@ class Estimate:
 
     seconds: dict[int, float] = field(default_factory=dict)
     basis: dict[int, str] = field(default_factory=dict)  # measured, similar, skipped, rule, none
+    # Special studies set otherwise than when measured: their keys that differ.
+    changed: dict[str, list[str]] = field(default_factory=dict)
     wall_s: float = 0.0
 
 
@@ -173,6 +176,10 @@ def job_seconds(jobs: Iterable[Job], runs: Mapping[str, RunSpec], host: Host,
                 seconds = run_seconds(spec, costs, n_train, n_eval) if costs else 0.0
         elif job.name in studies:
             seconds, basis = studies[job.name]["seconds"], "measured"
+            mine = (config.get("special_studies") or {}).get(job.name) or {}
+            ran = studies[job.name].get("settings") or {}
+            if changed := sorted(k for k in ran if k in mine and mine[k] != ran[k]):
+                out.changed[job.name] = changed
         elif job.rule in rules:
             seconds, basis = rules[job.rule], "rule"
         else:
@@ -253,6 +260,9 @@ def said(jobs: list[Job], est: Estimate, section: Mapping[str, Any], cores: int,
     if counts.get("similar"):
         lines.append(f"  {counts['similar']} run(s) not measured there take the costs of the "
                      "runs most like them (device, launcher, processes, step).")  # fmt: skip
+    if est.changed:
+        studies = "; ".join(f"{name} ({', '.join(keys)})" for name, keys in est.changed.items())
+        lines.append(f"  set otherwise than when measured, taken at the measured time: {studies}")
     if counts.get("none"):
         unknown = sorted({j.name for j in jobs if est.basis[j.jobid] == "none"})
         lines.append(f"  no cost known (counted as 0 s): {', '.join(unknown)}")
