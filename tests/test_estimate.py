@@ -11,6 +11,8 @@ import yaml
 from conftest import ROOT, make_spec
 from dmls.config.spec import load_schema
 from dmls.supervisor.estimate import (
+    LIKENESS,
+    RUN_COSTS,
     Job,
     duration,
     estimate,
@@ -84,6 +86,7 @@ def test_costs_calibrated_from_a_run_give_back_its_own_time_and_scale_with_its_s
     calibrate = calibrate_module()
     rec, job_s = record()
     costs = calibrate.run_costs(rec, job_s)
+    assert set(RUN_COSTS) | set(LIKENESS) <= set(costs)  # what the estimate reads
     assert costs["first_warmup_s"] == 4.0 and costs["train_s_per_sample"] == 0.001
     assert costs["eval_s_per_sample"] == 0.2 / 500 and costs["checkpoint_s"] == 0.1
     spec = make_spec(seeds=2, epochs=3, train_samples=1000, validation_samples=100)
