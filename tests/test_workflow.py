@@ -392,7 +392,8 @@ def test_the_dag_says_how_long_it_will_take_here_before_any_job(dag):
     trained = {j["job"] for j in estimate["jobs"] if j["rule"] == "train"}
     runs = pd.read_csv(dag / "runs.csv")
     assert trained == set(runs["study"] + "/" + runs["run"])
-    skipped = set(runs.loc[runs["status"] == "skipped", "study"] + "/" + runs["run"])
+    skip = runs[runs["status"] == "skipped"]
+    skipped = set(skip["study"] + "/" + skip["run"])
     basis = {j["job"]: j["basis"] for j in estimate["jobs"]}
     assert {job for job in trained if basis[job] == "skipped"} == skipped
     table = subprocess.run([sys.executable, "bench/dag_table.py", str(dag), "--wall", "100"],
