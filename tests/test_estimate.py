@@ -166,6 +166,10 @@ def test_the_estimate_says_what_it_rests_on_and_its_longest_jobs():
     # A GPU host reads the table's cuda section.
     est, section = estimate(jobs[1:2], {}, GPU_HOST, 2, 1, costs, {}, SCHEMA)
     assert section == {} and est.basis == {2: "none"}
+    # (GPUs not scheduled, isolation none, on that GPU host: the line names no host kind wrongly)
+    assert said(jobs[1:2], est, section, 2, None).startswith(
+        "No estimate of the DAG's time: config/costs.yaml has no costs for a host of this kind"
+    )
 
 
 def test_durations_read_as_a_person_says_them():

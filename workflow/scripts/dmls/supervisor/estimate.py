@@ -243,9 +243,9 @@ def said(jobs: list[Job], est: Estimate, section: Mapping[str, Any], cores: int,
     """The estimate as the DAG says it when it starts: the wall, what it rests on, the longest
     jobs, and the jobs that had no measured cost."""
     if not section.get("runs"):
-        return ("No estimate of the DAG's time: config/costs.yaml has no costs measured on a "
-                f"host {'with' if gpus else 'without'} a GPU (bench/calibrate_costs.py writes "
-                "them from a finished DAG).")  # fmt: skip
+        return ("No estimate of the DAG's time: config/costs.yaml has no costs for a host of "
+                "this kind (its `cpu` section is read on a host without a GPU, `cuda` on one "
+                "with; bench/calibrate_costs.py writes them from a finished DAG).")  # fmt: skip
     where = section["measured_on"]["host"]
     gpu_word = f"{gpus} GPU(s)" if gpus else "no GPU scheduled" if gpus is None else "no GPU"
     top = sorted(jobs, key=lambda j: -est.seconds[j.jobid])[:longest]
