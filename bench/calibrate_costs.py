@@ -133,7 +133,7 @@ def rule_seconds(log: Path) -> tuple[dict[str, float], set[str]]:
 def section(results: Path, studies_dir: Path, log: Path | None, host: str,
             job_gap: float) -> dict:  # fmt: skip
     """The cost table's section measured in `results` (the module's doc)."""
-    runs, hosts = {}, set()
+    runs, hosts, machines = {}, set(), set()
     skipped = [
         job_seconds(studies_dir, record, job_gap)
         for record in map(run_record.read, sorted(studies_dir.glob("runs/*/*/metrics.json")))
@@ -146,6 +146,9 @@ def section(results: Path, studies_dir: Path, log: Path | None, host: str,
             runs[f"{record['study']}/{record['run']}"] = run_costs(record, job_s)
             facts = record.get("host") or {}
             hosts.add(f"{facts.get('torch')}")
+            gpus = facts.get("gpus") or []
+            machines.add(f"{facts.get('cpu_model')}, {facts.get('cpu_count')} CPUs"
+                         + (f", {len(gpus)}× {gpus[0]}" if gpus else ""))  # fmt: skip
     studies = {}
     for path in sorted(studies_dir.glob("studies/*/summary.json")):
         summary = read_summary(path)
@@ -160,6 +163,7 @@ def section(results: Path, studies_dir: Path, log: Path | None, host: str,
         "measured_on": {
             "host": host,
             "torch": sorted(hosts),
+            "machines": sorted(machines),  # as the runs' records name them
             "runs": shown(results),
             "studies": shown(studies_dir),
             "log": shown(log) if log else None,

@@ -420,21 +420,11 @@ def say_what_will_be_replaced():
 
 
 def say_what_this_host_will_run():
-    """On this host (not under Slurm, whose nodes are not this one): the runs it will train
-    and skip, with why, before any job (the host's facts are asked once per boot, as the
-    runs' own checks ask them: supervisor/hardware.py)."""
-    from dmls.supervisor.hardware import host_facts, plan
-
-    if workflow.executor_plugin.name == "slurm":
-        return
-    host, _ = host_facts(Path(RESULTS) / "hosts")
-    print(plan(RUNS, host), file=sys.stderr)
-
-
-def say_how_long():
-    """About how long this DAG takes here, before any job: an estimate from measured costs
-    (dmls/supervisor/estimate.py, config/costs.yaml), said to be one. Not under Slurm, whose
-    queue decides when jobs start."""
+    """On this host (not under Slurm, whose nodes are not this one and whose queue decides
+    when jobs start), before any job: the runs it will train and skip, with why, then about
+    how long the DAG's jobs take here, an estimate from measured costs said to be one
+    (dmls/supervisor/estimate.py, config/costs.yaml). The host's facts are read once, as the
+    runs' own checks read them (asked once per boot: supervisor/hardware.py)."""
     import os
 
     from dmls.supervisor.estimate import (
@@ -445,10 +435,12 @@ def say_how_long():
         said,
         write_estimate,
     )
-    from dmls.supervisor.hardware import host_facts
+    from dmls.supervisor.hardware import host_facts, plan
 
     if workflow.executor_plugin.name == "slurm":
         return
+    host, _ = host_facts(Path(RESULTS) / "hosts")
+    print(plan(RUNS, host), file=sys.stderr)
     jobs = jobs_of(workflow)
     if jobs is None:
         print(
@@ -456,7 +448,6 @@ def say_how_long():
             file=sys.stderr,
         )
         return
-    host, _ = host_facts(Path(RESULTS) / "hosts")
     costs = load_costs(Path(workflow.basedir) / "config" / "costs.yaml")
     cores = min(workflow.cores, len(os.sched_getaffinity(0)))
     gpus = workflow.global_resources.get("gpu")
@@ -473,7 +464,6 @@ onstart:
     advise_bytecode_cache()
     advise_cores()
     say_what_this_host_will_run()
-    say_how_long()
     say_what_will_be_replaced()
 
 

@@ -71,6 +71,24 @@ def known_test_samples(
     return PUBLISHED_TEST_SAMPLES[dataset]
 
 
+def epoch_samples(
+    spec: Any, data: Mapping[str, Any], schema: Mapping[str, Any]
+) -> tuple[int, str, str] | None:
+    """The samples run `spec` trains on each epoch, where the config fixes them: the engine
+    trains on the first `train_samples` of what the validation split leaves. With where that
+    number comes from, and "has" where it is the set's size or "has at most" where
+    `train_samples` alone caps a set of unknown size; None where only reading the data tells."""
+    known = known_train_samples(spec.dataset, data, schema)
+    n, how, has = None, "", "has at most"
+    if known is not None:
+        n, how, has = known[0], known[1], "has"
+        if held_out := spec.validation_samples:
+            n, how = n - held_out, f"{how}; validation_samples holds out {held_out} more"
+    if spec.train_samples and (n is None or spec.train_samples < n):
+        n, how = spec.train_samples, "train_samples"
+    return None if n is None else (n, how, has)
+
+
 def problems(spec: Any, data: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
     """The engine's refusal of run `spec`'s batch (a dmls.config.spec.RunSpec, which imports
     this module), made before any job where the config fixes the training set's size or
@@ -88,16 +106,12 @@ def problems(spec: Any, data: Mapping[str, Any], schema: Mapping[str, Any]) -> l
             f"held out leave {max(total - held_out, 0)} to train, fewer than one step's batch "
             f"of {step}; use at most {total - step}"
         ]
-    n, how, has = None, "", "has at most"  # (train_samples alone caps it)
-    if known is not None:
-        n, how, has = known[0], known[1], "has"
-        if held_out and step <= n:  # (else the batch exceeds even the whole set)
-            n, how = n - held_out, f"{how}; validation_samples holds out {held_out} more"
-    if spec.train_samples and (n is None or spec.train_samples < n):
-        # The engine trains on the first train_samples of what the split leaves.
-        n, how = spec.train_samples, "train_samples"
-    if n is None:
+    sized = epoch_samples(spec, data, schema)
+    if sized is None:
         return []
+    n, how, has = sized
+    if known is not None and step > known[0] and n == known[0] - held_out:
+        n, how = known  # the batch exceeds even the whole set: name the whole set
     if step > n:
         return [
             f"{where}.batch_size: {spec.batch_size} per replica × {spec.replicas} replica(s) = "

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from dmls.config.data_sizes import known_test_samples, known_train_samples
+from dmls.config.data_sizes import epoch_samples, known_test_samples
 from dmls.config.spec import RunSpec
 from dmls.supervisor.hardware import Host, missing_requirement, resolved_device
 
@@ -146,12 +146,8 @@ def samples(spec: RunSpec, config: Mapping[str, Any], schema: Mapping[str, Any],
     validation), as the config fixes them; where it doesn't (the user's own files), the
     measured run's."""
     data = config.get("data") or {}
-    known = known_train_samples(spec.dataset, data, schema)
-    n_train = spec.train_samples or (
-        known[0] - spec.validation_samples if known else measured.get("n_train", 10_000)
-    )
-    if known and spec.train_samples:
-        n_train = min(n_train, known[0] - spec.validation_samples)
+    sized = epoch_samples(spec, data, schema)
+    n_train = sized[0] if sized else measured.get("n_train", 10_000)
     n_test = spec.test_samples or known_test_samples(spec.dataset, data, schema)
     n_test = n_test or measured.get("n_test", 10_000)
     return n_train, n_test + spec.validation_samples
