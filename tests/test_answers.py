@@ -49,6 +49,22 @@ def test_an_answer_gives_the_ratio_its_interval_both_means_and_a_verdict():
     assert float(match[1]) < 1.62 < float(match[2])
 
 
+def test_an_answer_names_the_devices_its_runs_ran_on():
+    """Before: the CPU preset's report said "DDP on 2 GPUs 1.02×" of two CPU processes."""
+    a1 = {"factor": A1["factor"], "answer": [
+        {"say": "With the data {on_the_GPU}, against one {GPU}'s samples per second, DDP on 2 "
+                "{GPUs}: {ddp}.", "compare": A1["answer"][0]["compare"]}]}  # fmt: skip
+    [on_gpus] = answers.study_answer(a1, study(one(), ddp()))
+    assert on_gpus.startswith("With the data on the GPU, against one GPU's samples per "
+                              "second, DDP on 2 GPUs: 1.62×")  # fmt: skip
+    runs = [one(gpu_mib=None), ddp(gpu_mib=None)]
+    for m in runs:
+        m["derived"]["device"] = "cpu"
+    [on_cpu] = answers.study_answer(a1, study(*runs))
+    assert on_cpu.startswith("With the data in memory, against one CPU process's samples per "
+                             "second, DDP on 2 CPU processes: 1.62×")  # fmt: skip
+
+
 def test_a_difference_within_the_seeds_noise_says_so():
     [text] = answers.study_answer(A1, study(one(), ddp(samples_per_s=1010.0)))
     assert text.endswith(", within seed noise."), text
@@ -319,6 +335,13 @@ def test_the_courses_figures_sit_beside_ours_naming_the_settings_that_differ():
         "card: not stated vs 1× NVIDIA H100"
     )
     assert second == ["ddp", "67.2 s", "no numbers (skipped)", ""]
+    # On a CPU, the course's GPU memory has no like beside it: the ranks' RSS is not shown.
+    on_cpu = one(gpu_mib=None)
+    on_cpu["derived"]["device"] = "cpu"
+    on_cpu["host"]["gpus"] = []
+    cpu_row = answers.course_comparison(study(on_cpu), table)["rows"][0]
+    assert ", no GPU memory (it trained on the CPU), " in cpu_row[2]
+    assert "RSS" not in cpu_row[2] and cpu_row[3].endswith("card: not stated vs CPU")
 
 
 def test_a4s_techniques_are_read_in_the_setting_they_ran():

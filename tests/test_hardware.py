@@ -4,13 +4,14 @@ its answers are read from a cache file by every later run (dmls/supervisor/hardw
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, make_spec
 from dmls.files import write_json
 from dmls.supervisor import hardware, supervise
-from dmls.supervisor.hardware import Host, describe, host_facts
+from dmls.supervisor.hardware import HALF_PRECISION_FLAGS, Host, describe, host_facts
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 
@@ -132,3 +133,17 @@ def test_the_dags_start_says_what_this_host_can_train_and_skips_with_why():
     assert hardware.plan(runs, gpu) == (
         "This host (gpus: 2 GPU(s) ['H200', 'H200'], 16 CPUs) can train all 3 runs of the config."
     )
+
+
+def test_the_host_says_how_its_cpu_computes_half_precision():
+    # What ATen's convolution checks before it takes oneDNN for bf16 and fp16, and the CPU's
+    # instruction sets behind it, as every run's record carries them.
+    import torch
+
+    facts = describe()["cpu_half_precision"]
+    assert facts["onednn_kernels"] == {
+        "bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+        "fp16": torch.ops.mkldnn._is_mkldnn_fp16_supported(),
+    }
+    cpuinfo = set(Path("/proc/cpuinfo").read_text().split())
+    assert facts["flags"] == [f for f in HALF_PRECISION_FLAGS if f in cpuinfo]

@@ -518,6 +518,41 @@ def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():
     assert study.runs.loc["single_gpu", "step_mode"] == "cuda_graph"
 
 
+def _on_cpu(metrics: dict, kernels: dict | None, flags: list[str] | None) -> dict:
+    metrics["derived"]["device"] = "cpu"
+    metrics["host"]["cpu_half_precision"] = {"onednn_kernels": kernels, "flags": flags}
+    return metrics
+
+
+def test_half_precision_a_cpu_computes_slowly_is_named_with_its_cause():
+    def study(kernels, flags):
+        runs = [_on_cpu(fake_metrics(p, study="precision", precision=p), kernels, flags)
+                for p in ("fp32", "bf16", "fp16")]  # fmt: skip
+        return Study.from_metrics("precision", {}, runs)
+
+    # The development machine: AVX-512 without bf16 or fp16 instructions.
+    lines = observations.cpu_half_precision(study({"bf16": True, "fp16": False}, []))
+    assert len(lines) == 2
+    assert lines[0].startswith("fp16: PyTorch has no oneDNN fp16 kernel for this CPU")
+    assert "aten::_slow_conv2d_forward" in lines[0]
+    assert lines[1].startswith("bf16: this CPU has no bf16 instructions")
+    # A CPU with AMX and fp16 kernels computes both natively: nothing to explain.
+    assert not observations.cpu_half_precision(
+        study({"bf16": True, "fp16": True}, ["avx512_bf16", "amx_bf16", "amx_fp16"])
+    )
+    # A record older than these facts says nothing it doesn't know.
+    old = [fake_metrics(p, study="precision", precision=p) for p in ("fp32", "fp16")]
+    for m in old:
+        m["derived"]["device"] = "cpu"
+    assert not observations.cpu_half_precision(Study.from_metrics("precision", {}, old))
+    # GPU runs are not the CPU's business.
+    gpu = [fake_metrics(p, study="precision", precision=p) for p in ("fp32", "fp16")]
+    for m in gpu:
+        m["host"]["cpu_half_precision"] = {"onednn_kernels": {"bf16": True, "fp16": False},
+                                           "flags": []}  # fmt: skip
+    assert not observations.cpu_half_precision(Study.from_metrics("precision", {}, gpu))
+
+
 def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
     course = {"loader": "torch", "step": "eager"}
     study = Study.from_metrics(

@@ -24,7 +24,7 @@ SUMMARY_COLUMNS = [
     "peak_gpu_mem_allocated_bytes", "peak_gpu_mem_reserved_bytes",
     "gpu_mem_before_step_bytes", "step_gpu_mem_bytes", "peak_host_rss_bytes",
     "train_energy_j", "eval_energy_j", "steady_epoch_energy_j", "energy_reason",
-    "gpu_names", "hostnames",
+    "gpu_names", "hostnames", "onednn_bf16", "onednn_fp16", "cpu_half_flags",
     "slurm_job_id", "n_seeds", "n_seeds_finished",
     *(f"{m}_ci95" for m in record.SEED_METRICS),
 ]  # fmt: skip
@@ -65,10 +65,25 @@ def summarize(metrics: dict[str, Any]) -> dict[str, Any]:
             "hostnames": ";".join(sorted({r["hostname"] for r in ranks})),
             # Why the energy columns are empty (a CPU run, no NVML), where they are.
             "energy_reason": (metrics.get("energy") or {}).get("reason"),
+            **half_precision_kernels(metrics),
         }
     spec = pd.json_normalize(metrics["spec"], sep=".").iloc[0].to_dict()
     row |= {f"spec.{k}": joined(v) for k, v in spec.items() if k not in ("study", "run")}
     return row
+
+
+def half_precision_kernels(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Whether the host's oneDNN had bf16 and fp16 kernels, and which of the CPU's bf16/fp16
+    instruction sets it had (supervisor/hardware.py describe); empty where the record is older
+    than these facts."""
+    facts = (metrics.get("host") or {}).get("cpu_half_precision") or {}
+    kernels = facts.get("onednn_kernels") or {}
+    flags = facts.get("flags")
+    return {
+        "onednn_bf16": kernels.get("bf16"),
+        "onednn_fp16": kernels.get("fp16"),
+        "cpu_half_flags": None if flags is None else (" ".join(flags) or "none"),
+    }
 
 
 def read_all(paths: list[Path]) -> list[dict[str, Any]]:

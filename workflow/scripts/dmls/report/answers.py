@@ -271,7 +271,7 @@ def sentence(
 ) -> str:
     """One `answer:` entry of report/studies.yaml filled from `study`'s runs, or a sentence
     saying why it can't be."""
-    filled: dict[str, Any] = {}
+    filled: dict[str, Any] = device_words(study)
     say = entry["say"]
     if "facts" in entry:
         try:
@@ -294,6 +294,16 @@ def sentence(
         except NotMeasured as e:
             filled[name] = Compared.not_measured(e, metric_label(study, f["metric"]))
     return say.format(**filled)
+
+
+def device_words(study: Study) -> dict[str, str]:
+    """The words an answer's template names its devices with ({GPU}, {GPUs}, {on_the_GPU}):
+    the course's GPUs, or, where every run of the study that trained ran on a CPU (the CPU
+    preset), its processes, so that a sentence says what ran."""
+    devices = set(study.ok["device"].astype(str)) if not study.ok.empty else set()
+    if devices == {"cpu"}:
+        return {"GPU": "CPU process", "GPUs": "CPU processes", "on_the_GPU": "in memory"}
+    return {"GPU": "GPU", "GPUs": "GPUs", "on_the_GPU": "on the GPU"}
 
 
 def study_answer(
@@ -354,14 +364,14 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
         times = [t for t in record.timed_values(metrics, "train_time_s") if t is not None]
         row = study.runs.loc[run]
         ours = [f"{np.mean(times):,.1f} s", f"{100 * row['test_accuracy']:.1f}% test"]
-        # Like beside like: the course gives a run's whole peak, so ours is the peak too (the
-        # GPU's allocated bytes at their highest, everything held at once), never the part a
-        # step adds.
-        measured = [c for c in ("peak_gpu_mem_allocated_bytes", "peak_host_rss_bytes")
-                    if c in row and pd.notna(row[c])]  # fmt: skip
-        if measured:  # (on a CPU the GPU's column is None)
-            column = measured[0]
+        # Like beside like: the course gives a run's whole peak of GPU memory, so ours is that
+        # peak too (the GPU's allocated bytes at their highest, everything held at once), never
+        # the part a step adds, nor a CPU run's process memory, which is not GPU memory.
+        column = "peak_gpu_mem_allocated_bytes"
+        if column in row and pd.notna(row[column]):
             ours.insert(1, f"{row[column] / MIB:,.1f} MiB ({METRICS[column].label})")
+        else:
+            ours.insert(1, "no GPU memory (it trained on the CPU)")
         data = metrics.get("data") or {}
         host = metrics["host"]
         here = {

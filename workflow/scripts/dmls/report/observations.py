@@ -291,6 +291,41 @@ def precision_check(study: Study) -> list[str]:
     return lines
 
 
+def cpu_half_precision(study: Study) -> list[str]:
+    """CPU runs whose half precision this CPU computes slowly, with why (the host's facts,
+    supervisor/hardware.py): fp16 where PyTorch's oneDNN has no fp16 kernel for the CPU, so
+    convolutions fall back to ATen's reference loops; bf16 where the CPU has no bf16
+    instructions, so oneDNN's bf16 kernels convert to fp32 and back. bench/cpu_autocast.py
+    profiles a step of each."""
+    ok = study.ok
+    if ok.empty or "onednn_fp16" not in ok.columns:
+        return []
+    cpu = ok[ok["device"].astype(str) == "cpu"]
+    computed = cpu["effective_precision"].astype(str).str.split(r"[/+]", regex=True)
+    fp16 = cpu[computed.map(lambda p: "fp16" in p) & (cpu["onednn_fp16"] == False)]  # noqa: E712
+    flags = cpu["cpu_half_flags"].fillna("").astype(str).str.split()
+    bf16_instructions = flags.map(
+        lambda f: bool({"avx512_bf16", "amx_bf16", "avx_ne_convert"} & set(f))
+    )
+    bf16 = cpu[computed.map(lambda p: "bf16" in p) & cpu["cpu_half_flags"].notna()
+               & ~bf16_instructions]  # fmt: skip
+    lines = []
+    if not fp16.empty:
+        lines.append(
+            f"{', '.join(fp16.index)}: PyTorch has no oneDNN fp16 kernel for this CPU (it needs "
+            "AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT), so fp16 convolutions ran ATen's reference "
+            "loops (aten::_slow_conv2d_forward and _backward) instead: the time measures that "
+            "fallback, not fp16 arithmetic (bench/cpu_autocast.py profiles a step)."
+        )
+    if not bf16.empty:
+        lines.append(
+            f"{', '.join(bf16.index)}: this CPU has no bf16 instructions (AVX512-BF16, "
+            "AMX-BF16 or AVX-NE-CONVERT), so oneDNN's bf16 kernels convert to fp32 and back: "
+            "bf16 saves no arithmetic here (bench/cpu_autocast.py profiles a step)."
+        )
+    return lines
+
+
 def step_check(study: Study) -> list[str]:
     """GPU runs that asked for a CUDA-graph step but trained eagerly, one line per reason (on a
     CPU the reason goes without saying; runs.csv still records it)."""
@@ -470,6 +505,7 @@ def all_observations(
     lines += communication(study, collectives)
     lines += time_to_accuracy(study) + energy_use(study)
     lines += warm_process(study) + memory_per_job(study) + precision_check(study)
+    lines += cpu_half_precision(study)
     lines += step_check(study)
     if other is not None:
         lines += compared_with(study, other)

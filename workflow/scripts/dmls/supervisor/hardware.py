@@ -169,7 +169,34 @@ def describe() -> dict:
         "platform": platform.platform(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_half_precision": _cpu_half_precision(torch),
     }
+
+
+# The instruction sets that decide how a CPU computes bf16 and fp16 (Linux's /proc/cpuinfo names).
+HALF_PRECISION_FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16", "avx_ne_convert")
+
+
+def _cpu_half_precision(torch: Any) -> dict[str, Any]:
+    """How this CPU computes bf16 and fp16: whether PyTorch's oneDNN has kernels for each here
+    (the check ATen's convolution makes before taking oneDNN: without an fp16 kernel, an fp16
+    convolution runs ATen's reference loops, aten::_slow_conv2d_forward/backward), and which
+    of the instruction sets behind them the CPU has (bf16 kernels without bf16 instructions
+    convert to fp32 and back). None where this torch build can't say."""
+    try:
+        kernels = {
+            "bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+            "fp16": bool(torch.ops.mkldnn._is_mkldnn_fp16_supported()),
+        }
+    except (AttributeError, RuntimeError):
+        kernels = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            words = set(f.read().split())
+        flags = [flag for flag in HALF_PRECISION_FLAGS if flag in words]
+    except OSError:
+        flags = None
+    return {"onednn_kernels": kernels, "flags": flags}
 
 
 def _cpu_model() -> str:
@@ -199,7 +226,7 @@ def _nvidia_driver() -> str | None:
 
 
 # Bump when Host or describe() change what they hold: older cache files then go unused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 # Packages whose versions the probe's answers depend on (fp8_backends, describe()).
 PROBED_PACKAGES = ("torch", "accelerate", *FP8_BACKENDS)
 
