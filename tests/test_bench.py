@@ -184,3 +184,26 @@ def test_the_fused_conv_benchmark_times_cs_cpu_mode_and_prices_its_protocol(tmp_
         assert row["protocol_s"] == pytest.approx(speed)
         assert row["every_mode_trained_s"] > 0
     assert "C's protocol, from these: about" in done.stdout
+
+
+def test_the_cpu_autocast_benchmark_profiles_a3s_step_in_each_precision(tmp_path):
+    out = tmp_path / "autocast.json"
+    command = [sys.executable, str(ROOT / "bench" / "cpu_autocast.py"), "--steps", "2",
+               "--out", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert list(report["precisions"]) == ["fp32", "bf16", "fp16"]
+    assert report["batch_size"] == 32  # A3's batch per rank, as the CPU preset resolves it
+    for got in report["precisions"].values():
+        assert got["step_ms"] > 0 and got["profiled_ms"] > 0
+        # The costliest ops, costliest first, are part of the step's profiled time.
+        top = [op["self_ms"] for op in got["top"]]
+        assert top == sorted(top, reverse=True) and sum(top) <= got["profiled_ms"] + 1e-9
+    # Which convolution ran in fp16 is what the kernels this CPU has decide.
+    import torch
+
+    fp16_ops = {op["op"] for op in report["precisions"]["fp16"]["top"]}
+    if not torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        assert "aten::_slow_conv2d_forward" in fp16_ops
+    assert "fp16:" in done.stdout and "x fp32" in done.stdout
