@@ -384,6 +384,13 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
         "; early stopping: early_stopping stopped at epoch 3 of 3, its learning rate still "
         "50% of its peak, and reports epoch 2's weights, restored."
     ), said[-1]
+    # Where it never fired, the sentence says so once, with the patience and the epochs it had.
+    del stopped["seeds"][0]["final"]["stopped_early_epoch"]
+    said = answers.study_answer(
+        a4, Study.from_metrics("regularization", {"baseline": "none"}, runs)
+    )
+    assert said[-1].endswith("; early stopping: in early_stopping it never fired (patience 1, 3 "
+                             "epochs)."), said[-1]  # fmt: skip
 
 
 def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():

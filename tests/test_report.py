@@ -587,6 +587,19 @@ def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
     assert (tmp_path / "speedup.png").stat().st_size > 1000
 
 
+def test_a_cpu_runs_memory_is_one_value_per_job_and_its_verdict_says_so():
+    """Before: a CPU run's peak host RSS (one value per job) read "too few seeds to tell" in
+    the observations and "too few jobs to tell" in the answer."""
+    runs = [fake_metrics("single_gpu", launcher="single", gpu_mib=None, spread=(1.0, 1.1)),
+            fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, gpu_mib=None,
+                         spread=(1.0, 1.1))]  # fmt: skip
+    for m in runs:
+        m["derived"]["device"] = "cpu"
+    [line] = observations.versus_baseline(Study.from_metrics("parallelism", {}, runs))
+    assert line.endswith("peak host RSS (max over ranks) 2000.0 vs 2000.0 MiB, 1.00×, too few "
+                         "jobs to tell.")  # fmt: skip
+
+
 def test_a_skipped_baseline_gives_no_comparison():
     lines = observations.versus_baseline(a1_study(baseline="dataparallel_2gpu"))
     assert lines == [

@@ -522,6 +522,14 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     energy = pd.read_csv(dag / "runs.csv").query("status == 'ok'")
     assert energy["train_energy_j"].isna().all() and energy["energy_reason"].notna().all()
     assert "SYNTHETIC" in page and "Course reference (other students" in page
+    # A CPU's half precision is named with its cause, from the host's facts every record holds.
+    runs = pd.read_csv(dag / "runs.csv").set_index(["study", "run"])
+    fp16 = runs.loc[("precision", "fp16")]
+    assert fp16["onednn_fp16"] in (True, False) and isinstance(fp16["cpu_half_flags"], str)
+    cause = "fp16: PyTorch has no oneDNN fp16 kernel for this CPU"
+    assert (cause in page) == (not fp16["onednn_fp16"])
+    # Its answers name what ran: CPU processes, not the course's GPUs.
+    assert "against one CPU process&#39;s samples per second: DDP on 2 CPU processes" in page
 
 
 @pytest.mark.e2e

@@ -162,8 +162,9 @@ def _early_stopping(study: Study) -> str:
             restored = final.get("restored_best_epoch")
             kept.add(f"epoch {restored}'s weights, restored" if restored else "the last weights")
         if not stops:
-            said.append(f"early stopping never fired in {run} (patience "
-                        f"{metrics['spec']['early_stopping_patience']})")  # fmt: skip
+            spec = metrics["spec"]  # (after "early stopping:", not the word again)
+            said.append(f"in {run} it never fired (patience {spec['early_stopping_patience']}, "
+                        f"{spec['epochs']} epochs)")  # fmt: skip
             continue
         share = "–".join(dict.fromkeys(f"{r:.0%}" for r in (min(rates), max(rates))))
         said.append(

@@ -113,6 +113,13 @@ def resolve(study: Study, metric: str) -> str:
     return study.memory[0]
 
 
+def noise_unit(metric: str) -> str:
+    """What a comparison of `metric` has its noise over, as its words name it: "seed" where
+    each seed records it, "job" where the run has one value (host RSS, the job's peak over its
+    ranks)."""
+    return "seed" if metric in record.SEED_METRICS else "job"
+
+
 def compare(
     study: Study,
     run: str,
@@ -157,7 +164,7 @@ def compare(
     extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     also = f"; the two also differ in {extra}" if extra else ""
     also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
-    unit = "seed" if metric in record.SEED_METRICS else "job"
+    unit = noise_unit(metric)
     if spec.kind == "ratio":
         phrase = Ratio.of(stats.ratio(a, b), means + also, unit)
         return Compared(minus(phrase.figure), phrase.judge(spec.more, spec.less), spec.label)

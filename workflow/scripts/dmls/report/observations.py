@@ -13,7 +13,7 @@ from dmls import record, stats
 from dmls.report import targets
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
-from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit, ran
+from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit, noise_unit, ran
 from dmls.report.study import OK, Study
 from dmls.report.wording import in_s, minus, points_text, ratio_text
 
@@ -84,7 +84,8 @@ def versus_baseline(study: Study) -> list[str]:
             column, what = memory
             ratio = _compare(stats.ratio, study, run, base_name, column)
             mib = f"{row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB"
-            parts.append(f"{what} {mib}, {ratio_text(ratio, *WORDS['memory'])}")
+            said = ratio_text(ratio, *WORDS["memory"], noise_unit(column))
+            parts.append(f"{what} {mib}, {said}")
         differ = also_differ(ran(study.metrics[run]), ran(study.metrics[base_name]), ())
         pair = f"{run} vs {base_name}" + (f" (they differ in {differ})" if differ else "")
         lines.append(f"{pair}: " + "; ".join(parts) + ".")
