@@ -534,7 +534,7 @@ def test_half_precision_a_cpu_computes_slowly_is_named_with_its_cause():
     lines = observations.cpu_half_precision(study({"bf16": True, "fp16": False}, []))
     assert len(lines) == 2
     assert lines[0].startswith("fp16: PyTorch has no oneDNN fp16 kernel for this CPU")
-    assert "aten::_slow_conv2d_forward" in lines[0]
+    assert "(convolutions: aten::_slow_conv2d_forward and _backward)" in lines[0]
     assert lines[1].startswith("bf16: this CPU has no bf16 instructions")
     # A CPU with AMX and fp16 kernels computes both natively: nothing to explain.
     assert not observations.cpu_half_precision(

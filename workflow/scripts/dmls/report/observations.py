@@ -292,10 +292,15 @@ def precision_check(study: Study) -> list[str]:
     return lines
 
 
+# The instruction sets with which a CPU computes bf16 itself (Linux's /proc/cpuinfo names, as
+# the record's host.cpu_half_precision.flags lists them).
+BF16_INSTRUCTIONS = frozenset({"avx512_bf16", "amx_bf16", "avx_ne_convert"})
+
+
 def cpu_half_precision(study: Study) -> list[str]:
     """CPU runs whose half precision this CPU computes slowly, with why (the host's facts,
     supervisor/hardware.py): fp16 where PyTorch's oneDNN has no fp16 kernel for the CPU, so
-    convolutions fall back to ATen's reference loops; bf16 where the CPU has no bf16
+    its layers fall back to ATen's reference kernels; bf16 where the CPU has no bf16
     instructions, so oneDNN's bf16 kernels convert to fp32 and back. bench/cpu_autocast.py
     profiles a step of each."""
     ok = study.ok
@@ -303,24 +308,23 @@ def cpu_half_precision(study: Study) -> list[str]:
         return []
     cpu = ok[ok["device"].astype(str) == "cpu"]
     computed = cpu["effective_precision"].astype(str).str.split(r"[/+]", regex=True)
-    fp16 = cpu[computed.map(lambda p: "fp16" in p) & (cpu["onednn_fp16"] == False)]  # noqa: E712
-    flags = cpu["cpu_half_flags"].fillna("").astype(str).str.split()
-    bf16_instructions = flags.map(
-        lambda f: bool({"avx512_bf16", "amx_bf16", "avx_ne_convert"} & set(f))
-    )
-    bf16 = cpu[computed.map(lambda p: "bf16" in p) & cpu["cpu_half_flags"].notna()
-               & ~bf16_instructions]  # fmt: skip
+    in_fp16 = computed.map(lambda p: "fp16" in p) & cpu["onednn_fp16"].eq(False)
+    flags = cpu["cpu_half_flags"]
+    # (flags unknown: an older record, which says nothing here)
+    no_bf16 = flags.notna() & flags.fillna("").str.split().map(BF16_INSTRUCTIONS.isdisjoint)
+    in_bf16 = computed.map(lambda p: "bf16" in p) & no_bf16
     lines = []
-    if not fp16.empty:
+    if in_fp16.any():
         lines.append(
-            f"{', '.join(fp16.index)}: PyTorch has no oneDNN fp16 kernel for this CPU (it needs "
-            "AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT), so fp16 convolutions ran ATen's reference "
-            "loops (aten::_slow_conv2d_forward and _backward) instead: the time measures that "
-            "fallback, not fp16 arithmetic (bench/cpu_autocast.py profiles a step)."
+            f"{', '.join(cpu.index[in_fp16])}: PyTorch has no oneDNN fp16 kernel for this CPU (it "
+            "needs AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT), so its fp16 layers ran ATen's "
+            "reference kernels instead (convolutions: aten::_slow_conv2d_forward and _backward): "
+            "the time measures that fallback, not fp16 arithmetic (bench/cpu_autocast.py profiles "
+            "a step)."
         )
-    if not bf16.empty:
+    if in_bf16.any():
         lines.append(
-            f"{', '.join(bf16.index)}: this CPU has no bf16 instructions (AVX512-BF16, "
+            f"{', '.join(cpu.index[in_bf16])}: this CPU has no bf16 instructions (AVX512-BF16, "
             "AMX-BF16 or AVX-NE-CONVERT), so oneDNN's bf16 kernels convert to fp32 and back: "
             "bf16 saves no arithmetic here (bench/cpu_autocast.py profiles a step)."
         )
