@@ -371,8 +371,10 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
         column = "peak_gpu_mem_allocated_bytes"
         if column in row and pd.notna(row[column]):
             ours.insert(1, f"{row[column] / MIB:,.1f} MiB ({METRICS[column].label})")
-        else:
+        elif str(row.get("device")) == "cpu":
             ours.insert(1, "no GPU memory (it trained on the CPU)")
+        else:
+            ours.insert(1, "no GPU memory recorded")
         data = metrics.get("data") or {}
         host = metrics["host"]
         here = {
