@@ -20,12 +20,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/example-out}}")
 limit=${2:-1500}
-config=docs/example-report/config.yaml
+config=${CONFIG:-docs/example-report/config.yaml}  # (CONFIG: another, to try it quickly)
 mkdir -p "$out"
 export ISOLATION=devices EXTRA_CONFIG=$config
 start=$SECONDS
 RESULTS=results/example bash bench/dag_speed.sh "$out/dag" "$limit"
 echo "dag: exit $? after $((SECONDS - start)) s" | tee -a "$out/sittings.txt"
+cp /tmp/dmls-dag.yaml "$out/dag-config.yaml"  # (the DAG's own keys: to render it again elsewhere)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 
 if [ -z "${SKIP_ALONE:-}" ]; then
@@ -43,7 +44,8 @@ if [ -z "${SKIP_ALONE:-}" ]; then
   wall=$((SECONDS - alone))
   echo "b_alone: $wall s" | tee -a "$out/sittings.txt"
   python3 bench/dag_table.py results/example --wall "$wall" | tee "$out/b_alone/dag_table_all.txt"
-  tar czf "$out/dag/results.tar.gz" --exclude='*.pt' --exclude=example/data -C results example
+  tar czf "$out/dag/results.tar.gz" --exclude='*.pt' --exclude='example/data/*.npz' \
+    -C results example
 fi
 
 if [ -z "${SKIP_HOST:-}" ]; then

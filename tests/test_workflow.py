@@ -1,6 +1,7 @@
 """The Snakemake DAG itself: dry run, lint, formatting, and the .test config end to end."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -600,6 +601,43 @@ def test_the_all_runs_table_filters_per_column_in_a_real_browser(dag):
     got = filter_all_runs(html, {"seeds": "=2", "test acc. (%)": ">=0"})
     assert len(got["visible"]) == (runs["status"] == "ok").sum()
     assert all(r[2] == "ok" for r in got["visible"])
+
+
+@pytest.mark.e2e
+def test_the_examples_last_steps_render_a_gpu_hosts_results_here_without_training(dag, tmp_path):
+    """bench/example_finish.sh on what bench/example_report.sh brings back (here the .test DAG's
+    folder, packed as the GPU host packs it): unpacked, D6 run again here, the report rendered
+    from the records without a run trained, and copied with the study files a reader recomputes
+    from."""
+    needs_browser()
+    gpu = tmp_path / "gpu"
+    (gpu / "dag").mkdir(parents=True)
+    shutil.copytree(dag, tmp_path / "packed" / "example", ignore=shutil.ignore_patterns("*.npz"))
+    subprocess.run(["tar", "czf", str(gpu / "dag" / "results.tar.gz"), "-C",
+                    str(tmp_path / "packed"), "example"], check=True)  # fmt: skip
+    (gpu / "dag-config.yaml").write_text("isolation: none\n")
+    (gpu / "dag" / "dag_table.txt").write_text("the DAG's table\n")
+    (gpu / "sittings.txt").write_text("dag: exit 0\n")
+    records = sorted(dag.glob("runs/*/*/metrics.json"))
+    before = {p.relative_to(dag): p.read_bytes() for p in records}
+    env = {**os.environ, "CONFIG": ".test/config.yaml", "WORK": str(tmp_path / "work")}
+    command = ["bash", "bench/example_finish.sh", str(gpu), str(tmp_path / "dest")]
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    dest = tmp_path / "dest"
+    # No run trained: every record is the DAG's, byte for byte; D6 ran here, after the DAG.
+    assert {p: (dest / "results" / "example" / p).read_bytes() for p in before} == before
+    spark = read_summary(dest / "results" / "example" / "studies" / "spark_lazy" / "summary.json")
+    dags = read_summary(dag / "studies" / "spark_lazy" / "summary.json")
+    assert spark["status"] == dags["status"] and spark["started_at"] > dags["started_at"]
+    # A reader recomputes from what was kept: every study's summary and section, no arrays.
+    kept = dest / "results" / "example"
+    assert len(list(kept.glob("studies/*/summary.json"))) == len(
+        list(dag.glob("studies/*/summary.json"))
+    )
+    assert list(kept.glob("report/*/section.json")) and not list(kept.rglob("*.npz"))
+    assert (dest / "report.html").stat().st_size > 100_000 and (dest / "runs.csv").exists()
+    assert re.search(r"visible words: [\d,]+; A4 pages: \d+", out.stdout), out.stdout
 
 
 @pytest.mark.e2e
