@@ -12,8 +12,9 @@
 #     results/dag-gpu, kept on a warm machine so that a second call resumes the DAG)
 # Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
 # of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv, report.html and the
-# results folder without checkpoints, model files and prepared arrays (results.tar.gz: what
-# `compare` reads, and what the report renders from again: the data's .json descriptions stay).
+# results folder without checkpoints, model files, prepared arrays and the report's pictures
+# (results.tar.gz: what `compare` reads, and what the report renders from again: the data's
+# .json descriptions and each section's section.json stay).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/dag}}")
@@ -35,8 +36,10 @@ data:
 YAML
 start=$SECONDS
 # Targets first: --configfile takes every word after it.
+# (--config last: the results folder is this script's, whatever EXTRA_CONFIG says.)
 timeout "$limit" python3 -m snakemake "${targets[@]}" --cores all --resources gpu="$gpus" \
-  --configfile /tmp/dmls-dag.yaml ${EXTRA_CONFIG:+"$EXTRA_CONFIG"} >"$out/snakemake.log" 2>&1
+  --configfile /tmp/dmls-dag.yaml ${EXTRA_CONFIG:+"$EXTRA_CONFIG"} \
+  --config results_dir="$results" >"$out/snakemake.log" 2>&1
 status=$?
 wall=$((SECONDS - start))
 tail -n 3 "$out/snakemake.log"
@@ -45,5 +48,5 @@ echo "DAG: exit $status in $wall s on $gpus GPU(s), isolation ${ISOLATION:-host}
 python3 bench/dag_table.py "$results" --wall "$wall" | tee "$out/dag_table.txt"
 cp "$results/runs.csv" "$results/report/report.html" "$out/" 2>/dev/null
 tar czf "$out/results.tar.gz" --exclude='*.pt' --exclude="$(basename "$results")/data/*.npz" \
-  -C "$(dirname "$results")" "$(basename "$results")"
+  --exclude='*.png' --exclude=report.html -C "$(dirname "$results")" "$(basename "$results")"
 exit "$status"

@@ -3,7 +3,8 @@
 #   bash bench/example_report.sh OUT_DIR [SECONDS]      (default: $OUT; 1500 s for the DAG)
 # Long: start it detached on a warm machine and read OUT_DIR back in later calls:
 #   setsid bash bench/example_report.sh /tmp/example >/tmp/example.log 2>&1 &
-#   ... later: test -e /tmp/example/DONE && cp -r /tmp/example/. "$OUT"
+#   ... later: test -e /tmp/example/DONE && cp /tmp/example.tar.gz "$OUT"
+# Everything comes back as one file, OUT_DIR.tar.gz (the device tool returns 8 files at most).
 # Three sittings, one after the other, each timed and tabled (bench/dag_speed.sh):
 #  1. dag/: the whole DAG with the example's config (docs/example-report/config.yaml over
 #     config/config.yaml), jobs side by side (`isolation: devices`), in results/example;
@@ -22,6 +23,7 @@ out=$(realpath -m "${1:-${OUT:-results/example-out}}")
 limit=${2:-1500}
 config=${CONFIG:-docs/example-report/config.yaml}  # (CONFIG: another, to try it quickly)
 mkdir -p "$out"
+. bench/gpu_host.sh && gpu_host_setup "$out" >/dev/null || exit 1  # (Snakemake, here too)
 export ISOLATION=devices EXTRA_CONFIG=$config
 start=$SECONDS
 RESULTS=results/example bash bench/dag_speed.sh "$out/dag" "$limit"
@@ -38,14 +40,14 @@ if [ -z "${SKIP_ALONE:-}" ]; then
     # the DAG's own config, written by bench/dag_speed.sh.
     python3 -m snakemake "results/example/runs/$run/metrics.json" --force --cores all \
       --resources gpu="$gpus" --configfile /tmp/dmls-dag.yaml "$config" \
-      >>"$out/b_alone/snakemake.log" 2>&1
+      --config results_dir=results/example >>"$out/b_alone/snakemake.log" 2>&1
     echo "$run: exit $?" | tee -a "$out/b_alone/runs.txt"
   done
   wall=$((SECONDS - alone))
   echo "b_alone: $wall s" | tee -a "$out/sittings.txt"
   python3 bench/dag_table.py results/example --wall "$wall" | tee "$out/b_alone/dag_table_all.txt"
   tar czf "$out/dag/results.tar.gz" --exclude='*.pt' --exclude='example/data/*.npz' \
-    -C results example
+    --exclude='*.png' --exclude=report.html -C results example
 fi
 
 if [ -z "${SKIP_HOST:-}" ]; then
@@ -55,4 +57,6 @@ if [ -z "${SKIP_HOST:-}" ]; then
   echo "host: exit $?" | tee -a "$out/sittings.txt"
 fi
 echo "all sittings: $((SECONDS - start)) s" | tee -a "$out/sittings.txt"
+rm -f "$out"/*/report.html  # (rendered again where the example is finished)
+tar czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
 touch "$out/DONE"
