@@ -206,4 +206,9 @@ def test_the_cpu_autocast_benchmark_profiles_a3s_step_in_each_precision(tmp_path
     fp16_ops = {op["op"] for op in report["precisions"]["fp16"]["top"]}
     if not torch.ops.mkldnn._is_mkldnn_fp16_supported():
         assert "aten::_slow_conv2d_forward" in fp16_ops
+        assert report["precisions"]["fp16"]["onednn"] == {}  # ATen's own, not oneDNN
+    # fp32's convolution is oneDNN's, each propagation named with the implementation it ran.
+    assert set(report["precisions"]["fp32"]["onednn"]) == {
+        "forward_training", "backward_data", "backward_weights"}  # fmt: skip
+    assert "oneDNN's convolution: forward_training " in done.stdout
     assert "fp16:" in done.stdout and "x fp32" in done.stdout

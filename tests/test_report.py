@@ -536,10 +536,17 @@ def test_half_precision_a_cpu_computes_slowly_is_named_with_its_cause():
     assert lines[0].startswith("fp16: PyTorch has no oneDNN fp16 kernel for this CPU")
     assert "(convolutions: aten::_slow_conv2d_forward and _backward)" in lines[0]
     assert lines[1].startswith("bf16: this CPU has no bf16 instructions")
-    # A CPU with AMX and fp16 kernels computes both natively: nothing to explain.
+    # A CPU with AMX for both computes both natively: nothing to explain.
     assert not observations.cpu_half_precision(
         study({"bf16": True, "fp16": True}, ["avx512_bf16", "amx_bf16", "amx_fp16"])
     )
+    # The lent H200 hosts' Xeon: oneDNN has fp16 kernels, but its weight gradient without
+    # AMX-FP16 is oneDNN's reference code (bench/cpu_autocast.py, ONEDNN_VERBOSE).
+    [line] = observations.cpu_half_precision(
+        study({"bf16": True, "fp16": True}, ["avx512_bf16", "avx512_fp16", "amx_bf16"])
+    )
+    assert line.startswith("fp16: this CPU has oneDNN fp16 kernels but no AMX-FP16")
+    assert "(ref:any in ONEDNN_VERBOSE)" in line
     # A record older than these facts says nothing it doesn't know.
     old = [fake_metrics(p, study="precision", precision=p) for p in ("fp32", "fp16")]
     for m in old:

@@ -308,8 +308,12 @@ def cpu_half_precision(study: Study) -> list[str]:
         return []
     cpu = ok[ok["device"].astype(str) == "cpu"]
     computed = cpu["effective_precision"].astype(str).str.split(r"[/+]", regex=True)
-    in_fp16 = computed.map(lambda p: "fp16" in p) & cpu["onednn_fp16"].eq(False)
+    fp16 = computed.map(lambda p: "fp16" in p)
+    in_fp16 = fp16 & cpu["onednn_fp16"].eq(False)
     flags = cpu["cpu_half_flags"]
+    # (oneDNN's fp16 kernels without AMX-FP16: the weight gradient's is its reference code)
+    no_amx_fp16 = fp16 & cpu["onednn_fp16"].eq(True) & flags.notna()
+    no_amx_fp16 &= ~flags.fillna("").str.split().map(lambda f: "amx_fp16" in f)
     # (flags unknown: an older record, which says nothing here)
     no_bf16 = flags.notna() & flags.fillna("").str.split().map(BF16_INSTRUCTIONS.isdisjoint)
     in_bf16 = computed.map(lambda p: "bf16" in p) & no_bf16
@@ -321,6 +325,14 @@ def cpu_half_precision(study: Study) -> list[str]:
             "reference kernels instead (convolutions: aten::_slow_conv2d_forward and _backward): "
             "the time measures that fallback, not fp16 arithmetic (bench/cpu_autocast.py profiles "
             "a step)."
+        )
+    if no_amx_fp16.any():
+        lines.append(
+            f"{', '.join(cpu.index[no_amx_fp16])}: this CPU has oneDNN fp16 kernels but no "
+            "AMX-FP16; on such a CPU (a Xeon with AVX512-FP16 and AMX-BF16, where "
+            "bench/cpu_autocast.py measured it) oneDNN computed a convolution's fp16 weight "
+            "gradient with its reference loops (ref:any in ONEDNN_VERBOSE): fp16's time here "
+            "measures that, not fp16 arithmetic."
         )
     if in_bf16.any():
         lines.append(
