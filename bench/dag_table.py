@@ -1,6 +1,6 @@
 """Where a whole DAG's time went: one line per training run and special study, slowest first.
 
-    python bench/dag_table.py RESULTS_DIR [--wall SECONDS] [--json FILE]
+    python bench/dag_table.py RESULTS_DIR [--wall SECONDS] [--json FILE] [--studies STUDY...]
 
 The rows come from dmls/report/timeline.py, which the report's "DAG timeline" section draws
 too. For each run: its status, how its step ran, the GPUs and cores it held, the whole job's seconds
@@ -14,6 +14,8 @@ and cores they reserved (their summary.json `reserved`; without one, their threa
 Then the totals, and the DAG's wall (`--wall`) against its inherent time: what no scheduler could
 beat on this host, the longest job or the GPU-seconds the jobs held over the host's GPUs
 (`--gpus`; by default as many as the jobs held between them), whichever is larger.
+`--studies` keeps only those studies' jobs (a later sitting that ran them again, with its own
+`--wall`).
 
 Where the DAG wrote its start-of-run estimate (logs/estimate.json, dmls/supervisor/estimate.py),
 each row has the seconds estimated for it (`est_s`), and the estimated wall is set against
@@ -73,9 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall", type=float, help="the DAG's wall time, in seconds")
     parser.add_argument("--gpus", type=int, help="the host's GPUs (default: those the jobs held)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--studies", nargs="+", help="only these studies' jobs")
     args = parser.parse_args(argv)
     found = from_results(args.results)
-    guess, guess_wall = estimated(args.results)
+    if args.studies:
+        found = [r for r in found if r["job"].split("/")[0] in args.studies
+                 or r["job"] in {f"study {s}" for s in args.studies}]  # fmt: skip
+    # (a sitting of some studies has no start-of-DAG estimate of its own)
+    guess, guess_wall = estimated(args.results) if not args.studies else ({}, None)
     columns = PRINTED if not guess else (*PRINTED[:7], "est_s", *PRINTED[7:])
     rows = [{k: r.get(k) for k in columns} | ({"est_s": guess.get(r["job"])} if guess else {})
             for r in found]  # fmt: skip
@@ -88,19 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     seconds = job_seconds(table)
     total = seconds.sum()
     two_gpu = seconds[table["gpus"] >= 2].sum() if "gpus" in table else 0
+    label = "the sitting's wall" if args.studies else "DAG wall"
+    wall = f"; {label} {args.wall:.0f} s" if args.wall else ""
     print(
         f"\n{len(table)} jobs; their seconds add up to {total:.0f} s; runs holding 2+ GPUs "
-        f"(one at a time on a 2-GPU host) {two_gpu:.0f} s"
-        + (f"; DAG wall {args.wall:.0f} s" if args.wall else "")
+        f"(one at a time on a 2-GPU host) {two_gpu:.0f} s{wall}"
     )
-    gpus = args.gpus or len({g for r in found for g in r.get("gpu_ids") or []})
-    bound = inherent(table, gpus)
-    print(
-        f"inherent time {bound['inherent_s']:.0f} s: the longest job {bound['longest_s']:.0f} s, "
-        f"{bound['gpu_seconds']:.0f} GPU-seconds over {gpus} GPUs {bound['per_gpu_s']:.0f} s"
-        + (f"; the wall is {args.wall / bound['inherent_s']:.2f}x it" if args.wall else "")
-        + ("" if gpus else " (no job reserved a GPU: isolation none, or a CPU host)")
-    )
+    if not args.studies:  # (the inherent time is the whole DAG's)
+        gpus = args.gpus or len({g for r in found for g in r.get("gpu_ids") or []})
+        bound = inherent(table, gpus)
+        print(
+            f"inherent time {bound['inherent_s']:.0f} s: the longest job "
+            f"{bound['longest_s']:.0f} s, {bound['gpu_seconds']:.0f} GPU-seconds over {gpus} "
+            f"GPUs {bound['per_gpu_s']:.0f} s"
+            + (f"; the wall is {args.wall / bound['inherent_s']:.2f}x it" if args.wall else "")
+            + ("" if gpus else " (no job reserved a GPU: isolation none, or a CPU host)")
+        )
     if guess_wall is not None:
         print(
             f"estimated at the start: {guess_wall:.0f} s"

@@ -48,7 +48,7 @@ mkdir -p "$dest/results"
 cp "$work/example/report/report.html" "$work/example/runs.csv" "$work/example/seeds.csv" "$dest/"
 [ -e "$work/example/report/compare.html" ] && cp "$work/example/report/compare.html" "$dest/"
 cp "$gpu/dag/dag_table.txt" "$dest/dag_table.txt"
-[ -e "$gpu/b_alone/dag_table_all.txt" ] && cp "$gpu/b_alone/dag_table_all.txt" "$dest/dag_table_b_alone.txt"
+[ -e "$gpu/b_alone/dag_table.txt" ] && cp "$gpu/b_alone/dag_table.txt" "$dest/dag_table_b_alone.txt"
 [ -e "$gpu/host/dag_table.txt" ] && cp "$gpu/host/dag_table.txt" "$dest/dag_table_host.txt"
 cp "$gpu/sittings.txt" "$gpu/dag/gpu.txt" "$dest/" 2>/dev/null || true
 for folder in example example-host; do

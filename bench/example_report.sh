@@ -45,7 +45,8 @@ if [ -z "${SKIP_ALONE:-}" ]; then
   done
   wall=$((SECONDS - alone))
   echo "b_alone: $wall s" | tee -a "$out/sittings.txt"
-  python3 bench/dag_table.py results/example --wall "$wall" | tee "$out/b_alone/dag_table_all.txt"
+  python3 bench/dag_table.py results/example --wall "$wall" \
+    --studies cluster_torchrun cluster_accelerate | tee "$out/b_alone/dag_table.txt"
   tar czf "$out/dag/results.tar.gz" --exclude='*.pt' --exclude='example/data/*.npz' \
     --exclude='*.png' --exclude=report.html -C results example
 fi

@@ -154,6 +154,13 @@ def test_the_dag_table_gives_the_wall_against_the_dags_inherent_time(tmp_path):
         "inherent time 120 s: the longest job 120 s, 120 GPU-seconds over 1 GPUs 120 s; the "
         "wall is 1.25x it" in out
     )
+    # A later sitting of some studies: their jobs alone, its own wall, no DAG-wide bound.
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "dag_table.py"), str(tmp_path), "--wall", "130",
+         "--studies", "graphs"], capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "study graphs" in out and "1 jobs; their seconds add up to 120 s" in out
+    assert "the sitting's wall 130 s" in out and "inherent time" not in out
 
 
 def test_the_fused_conv_benchmark_times_cs_cpu_mode_and_prices_its_protocol(tmp_path):
