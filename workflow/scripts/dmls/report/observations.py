@@ -310,12 +310,13 @@ def cpu_half_precision(study: Study) -> list[str]:
     computed = cpu["effective_precision"].astype(str).str.split(r"[/+]", regex=True)
     fp16 = computed.map(lambda p: "fp16" in p)
     in_fp16 = fp16 & cpu["onednn_fp16"].eq(False)
-    flags = cpu["cpu_half_flags"]
+    # The CPU's bf16/fp16 instruction sets; None where unknown (an older record says nothing).
+    flags = cpu["cpu_half_flags"].map(lambda f: set(f.split()) if isinstance(f, str) else None)
+    known = flags.notna()
     # (oneDNN's fp16 kernels without AMX-FP16: the weight gradient's is its reference code)
-    no_amx_fp16 = fp16 & cpu["onednn_fp16"].eq(True) & flags.notna()
-    no_amx_fp16 &= ~flags.fillna("").str.split().map(lambda f: "amx_fp16" in f)
-    # (flags unknown: an older record, which says nothing here)
-    no_bf16 = flags.notna() & flags.fillna("").str.split().map(BF16_INSTRUCTIONS.isdisjoint)
+    no_amx_fp16 = fp16 & cpu["onednn_fp16"].eq(True) & known
+    no_amx_fp16 &= flags.map(lambda f: f is not None and "amx_fp16" not in f)
+    no_bf16 = known & flags.map(lambda f: f is not None and BF16_INSTRUCTIONS.isdisjoint(f))
     in_bf16 = computed.map(lambda p: "bf16" in p) & no_bf16
     lines = []
     if in_fp16.any():
