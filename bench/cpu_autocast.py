@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 from dmls.config.spec import resolve_runs  # noqa: E402
+from dmls.supervisor.hardware import cpu_flags  # noqa: E402
 
 PRECISIONS = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 # The instruction sets that decide whether oneDNN has a half-precision kernel on this CPU.
@@ -52,22 +53,13 @@ def a3_spec() -> Any:
     return resolve_runs(config)["precision/fp32"]
 
 
-def cpu_flags() -> list[str]:
-    try:
-        words = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
-    return [f for f in FLAGS if f in words]
-
-
-def measure(precision: str, steps: int) -> dict[str, Any]:
+def measure(spec: Any, precision: str, steps: int) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from dmls.training.models import build_model
     from dmls.training.precision import Autocast
 
-    spec = a3_spec()
     torch.manual_seed(0)
     model = build_model(spec.model, (3, 32, 32), 10)
     name = PRECISIONS[precision]
@@ -92,10 +84,10 @@ def measure(precision: str, steps: int) -> dict[str, Any]:
     for _ in range(steps):
         step()
     ms = (time.perf_counter() - start) / steps * 1e3
+    n = max(steps // 4, 2)  # profiled steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(max(steps // 4, 2)):
+        for _ in range(n):
             step()
-    n = max(steps // 4, 2)
     ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in ops) / n / 1e3
     top = [{"op": e.key, "self_ms": e.self_cpu_time_total / n / 1e3} for e in ops[:6]]
@@ -147,7 +139,7 @@ def main() -> None:
     spec = a3_spec()
     out: dict[str, Any] = {
         "cpu": platform.processor() or platform.machine(),
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": cpu_flags(FLAGS) or [],
         "torch": torch.__version__,
         "threads": args.threads,
         "batch_size": spec.batch_size,
@@ -158,7 +150,7 @@ def main() -> None:
           f"CPU flags: {', '.join(out['cpu_flags']) or 'none of ' + ', '.join(FLAGS)}")  # fmt: skip
     for precision in PRECISIONS:
         print(f"{precision}: stepping...", flush=True)
-        got = measure(precision, args.steps)
+        got = measure(spec, precision, args.steps)
         out["precisions"][precision] = got
         base = out["precisions"]["fp32"]["step_ms"]
         print(f"{precision}: {got['step_ms']:.1f} ms a step ({got['step_ms'] / base:.2f}x fp32)")

@@ -12,9 +12,7 @@
 #     results/dag-gpu, kept on a warm machine so that a second call resumes the DAG)
 # Snakemake comes from .whl/ when python3 lacks it. OUT_DIR receives snakemake.log, the table
 # of every job's time (dag_table.txt, from bench/dag_table.py), runs.csv, report.html and the
-# results folder without checkpoints, model files, prepared arrays and the report's pictures
-# (results.tar.gz: what `compare` reads, and what the report renders from again: the data's
-# .json descriptions and each section's section.json stay).
+# results folder as bench/gpu_host.sh's pack_results packs it (results.tar.gz).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-${OUT:-results/dag}}")
@@ -47,6 +45,5 @@ echo "DAG: exit $status in $wall s on $gpus GPU(s), isolation ${ISOLATION:-host}
   tee "$out/dag_wall.txt"
 python3 bench/dag_table.py "$results" --wall "$wall" | tee "$out/dag_table.txt"
 cp "$results/runs.csv" "$results/report/report.html" "$out/" 2>/dev/null
-tar czf "$out/results.tar.gz" --exclude='*.pt' --exclude="$(basename "$results")/data/*.npz" \
-  --exclude='*.png' --exclude=report.html -C "$(dirname "$results")" "$(basename "$results")"
+pack_results "$results" "$out/results.tar.gz"
 exit "$status"

@@ -47,8 +47,7 @@ if [ -z "${SKIP_ALONE:-}" ]; then
   echo "b_alone: $wall s" | tee -a "$out/sittings.txt"
   python3 bench/dag_table.py results/example --wall "$wall" \
     --studies cluster_torchrun cluster_accelerate | tee "$out/b_alone/dag_table.txt"
-  tar czf "$out/dag/results.tar.gz" --exclude='*.pt' --exclude='example/data/*.npz' \
-    --exclude='*.png' --exclude=report.html -C results example
+  pack_results results/example "$out/dag/results.tar.gz"
 fi
 
 if [ -z "${SKIP_HOST:-}" ]; then

@@ -19,3 +19,13 @@ gpu_host_setup() {
   python3 -c "import os, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       'cores', len(os.sched_getaffinity(0)))" | tee -a "$1/gpu.txt"
 }
+
+# `pack_results RESULTS_DIR TARBALL`: the results folder without checkpoints, model files,
+# prepared arrays and the report's pictures: what `compare` reads, and what the report renders
+# from again (the data's .json descriptions and each section's section.json stay).
+pack_results() {
+  local name
+  name=$(basename "$1")
+  tar czf "$2" --exclude='*.pt' --exclude="$name/data/*.npz" --exclude='*.png' \
+    --exclude=report.html -C "$(dirname "$1")" "$name"
+}

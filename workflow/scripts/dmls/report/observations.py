@@ -312,11 +312,10 @@ def cpu_half_precision(study: Study) -> list[str]:
     in_fp16 = fp16 & cpu["onednn_fp16"].eq(False)
     # The CPU's bf16/fp16 instruction sets; None where unknown (an older record says nothing).
     flags = cpu["cpu_half_flags"].map(lambda f: set(f.split()) if isinstance(f, str) else None)
-    known = flags.notna()
     # (oneDNN's fp16 kernels without AMX-FP16: the weight gradient's is its reference code)
-    no_amx_fp16 = fp16 & cpu["onednn_fp16"].eq(True) & known
-    no_amx_fp16 &= flags.map(lambda f: f is not None and "amx_fp16" not in f)
-    no_bf16 = known & flags.map(lambda f: f is not None and BF16_INSTRUCTIONS.isdisjoint(f))
+    no_amx_fp16 = flags.map(lambda f: f is not None and "amx_fp16" not in f)
+    no_amx_fp16 &= fp16 & cpu["onednn_fp16"].eq(True)
+    no_bf16 = flags.map(lambda f: f is not None and BF16_INSTRUCTIONS.isdisjoint(f))
     in_bf16 = computed.map(lambda p: "bf16" in p) & no_bf16
     lines = []
     if in_fp16.any():

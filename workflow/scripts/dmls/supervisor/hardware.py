@@ -190,13 +190,18 @@ def _cpu_half_precision(torch: Any) -> dict[str, Any]:
         }
     except (AttributeError, RuntimeError):
         kernels = None
+    return {"onednn_kernels": kernels, "flags": cpu_flags(HALF_PRECISION_FLAGS)}
+
+
+def cpu_flags(names: tuple[str, ...]) -> list[str] | None:
+    """Which of the instruction sets `names` (Linux's /proc/cpuinfo names) this CPU lists, in
+    their order; None where /proc/cpuinfo can't be read."""
     try:
         with open("/proc/cpuinfo") as f:
             words = set(f.read().split())
-        flags = [flag for flag in HALF_PRECISION_FLAGS if flag in words]
     except OSError:
-        flags = None
-    return {"onednn_kernels": kernels, "flags": flags}
+        return None
+    return [name for name in names if name in words]
 
 
 def _cpu_model() -> str:
