@@ -560,6 +560,22 @@ def test_half_precision_a_cpu_computes_slowly_is_named_with_its_cause():
     assert not observations.cpu_half_precision(Study.from_metrics("precision", {}, gpu))
 
 
+@pytest.mark.parametrize("storage", ["python", "pyarrow"])
+def test_half_precision_note_on_a_study_of_gpu_runs_whatever_backs_pandas_strings(storage):
+    """A study whose runs all trained on GPUs of a host whose CPU has bf16 instructions: no
+    CPU line, with pandas' strings backed by Python or by Arrow (pyarrow installed, as on the
+    lent GPU hosts, where masks mapped from an empty string column stayed strings and `&`
+    raised in report_study: 2x H200, pandas 3.0.6, pyarrow 25.0.1)."""
+    gpu = [fake_metrics(p, study="precision", precision=p) for p in ("fp32", "fp16")]
+    for m in gpu:
+        m["host"]["cpu_half_precision"] = {"onednn_kernels": {"bf16": True, "fp16": True},
+                                           "flags": ["avx512_bf16", "amx_bf16"]}  # fmt: skip
+    with pd.option_context("mode.string_storage", storage):
+        study = Study.from_metrics("precision", {}, gpu)
+        assert study.ok["cpu_half_flags"].dtype.storage == storage
+        assert observations.cpu_half_precision(study) == []
+
+
 def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
     course = {"loader": "torch", "step": "eager"}
     study = Study.from_metrics(
