@@ -104,8 +104,9 @@ NOTES = (
     "window, which starts before the model is built and so sees every tensor; GPU memory is "
     "torch.cuda.max_memory_allocated over the same window (the CUDA context and cached free "
     "blocks are not in it). Workspaces that CUDA libraries keep for the whole process "
-    "(cuBLAS) are allocated by an unmeasured warm-up and reported once, as "
-    "cuda_library_workspace_bytes.",
+    "(cuBLAS's, one per thread that runs a GEMM: full recomputation's Linear forwards run on "
+    "autograd's thread) are allocated by an unmeasured warm-up of every precision and "
+    "recomputation policy and reported once, as cuda_library_workspace_bytes.",
 )
 
 
@@ -345,12 +346,17 @@ def measure(
 
 
 def cuda_library_workspaces(cfg: dict[str, Any]) -> int:
-    """Run each precision once, unmeasured, so the workspaces CUDA libraries keep for the
-    process's lifetime (cuBLAS's) exist before any measured window; return their bytes.
-    Otherwise the first measured combination alone would carry them."""
+    """Run each precision under each recomputation policy once, unmeasured, so the workspaces
+    CUDA libraries keep for the process's lifetime (cuBLAS's) exist before any measured
+    window; return their bytes. Otherwise the first measured combination that needs one alone
+    would carry it: full recomputation runs the Linear layers' forward again inside the
+    backward, on autograd's own thread, whose first GEMM there allocates a cuBLASLt workspace
+    of its own (1 MiB on an H200 with torch 2.11: bench/lenet_recompute_memory.py), which
+    raised AdamW fp32's full-recomputation peak 43% above its peak without recomputation
+    while every later combination's full recomputation lowered its peak."""
     cuda = torch.device("cuda")
-    for precision in cfg["precisions"]:
-        measure(cuda, cfg["optimizers"][0], precision, "none", cfg)
+    for precision, recompute in itertools.product(cfg["precisions"], cfg["recompute"]):
+        measure(cuda, cfg["optimizers"][0], precision, recompute, cfg)
     return torch.cuda.memory_allocated(cuda)
 
 

@@ -80,7 +80,8 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
             f"{fmt_bytes(peak)} to {fmt_bytes(measured_full['peak_bytes'])} "
             f"({minus(f'{change:+.1%}')}): "
             + ("the estimate's saving shows" if change < 0 else
-               "the estimate's saving does not show; this study does not measure why")
+               "the estimate's saving does not show (bench/lenet_recompute_memory.py lists "
+               "what the peak holds)")
         )  # fmt: skip
     return "full", facts | {
         "effect": "saves" if saved >= 0 else "adds",
