@@ -93,6 +93,46 @@ def test_seeds_that_agree_exactly_print_no_range_and_the_rule_decides_the_verdic
                          "compared."), text  # fmt: skip
 
 
+def test_what_every_pair_of_a_sentence_also_differs_in_is_said_once_for_the_sentence():
+    """Before: A1's sentences said "the two also differ in global batch (64 vs 32: ...)" after
+    each of their two or three comparisons, six times in three sentences. Where the pairs
+    differ in different things, each says its own."""
+    entry = {"factor": A1["factor"], "answer": [{
+        "say": "Against one GPU: DDP {ddp}; DataParallel {dp}.",
+        "compare": {"ddp": {"run": "ddp", "vs": "one", "metric": "samples_per_s"},
+                    "dp": {"run": "dp", "vs": "one", "metric": "samples_per_s"}}}]}  # fmt: skip
+    dp = fake_metrics("dp", launcher="dp", nproc_per_node=2, epochs=3, samples_per_s=600.0,
+                      spread=(0.95, 1.0, 1.05))  # fmt: skip
+    [text] = answers.study_answer(entry, study(one(), ddp(), dp))
+    assert text.count("global batch") == 1, text
+    assert text.endswith("slower; each pair also differs in global batch (64 vs 32: 0.5× the "
+                         "optimizer steps per epoch)."), text  # fmt: skip
+    assert "samples/s), faster; DataParallel" in text, text
+    [text] = answers.study_answer(entry, study(one(), ddp(step="eager"), dp))
+    assert text.count("global batch") == 2 and "each pair" not in text, text
+
+
+def test_the_answer_shown_first_keeps_interval_verdict_and_seeds_not_the_means():
+    """Before: the Answers list and each section's first screen printed both means and why a
+    first seed was left out beside every figure: 6,544 visible words on the example's records."""
+    entry = {"factor": A1["factor"], "answer": [{
+        "say": "DDP: {s}; memory {m}.",
+        "compare": {"s": {"run": "ddp", "vs": "one", "metric": "samples_per_s"},
+                    "m": {"run": "ddp", "vs": "one", "metric": "memory"}}}]}  # fmt: skip
+    pair = study(one(), ddp())
+    [full] = answers.study_answer(entry, pair)
+    [brief] = answers.study_brief(entry, pair)
+    speed = comparisons.compare(pair, "ddp", "one", "samples_per_s", A1["factor"])
+    assert "samples/s" in full and "samples/s" not in brief, brief
+    value, interval = speed.figure.split(" (")[0], speed.figure.split(" (")[1].split(";")[0]
+    assert brief.startswith(f"DDP: {value} ({interval}), {speed.verdict}; memory "), brief
+    # GPU memory counts a warm process's seeds: the brief still says which.
+    memory = comparisons.compare(pair, "ddp", "one", "memory", A1["factor"])
+    assert "warm seeds" in memory.brief and "MiB" not in memory.brief, memory.brief
+    assert brief.endswith("; each pair also differs in global batch (64 vs 32: 0.5× the "
+                          "optimizer steps per epoch)."), brief  # fmt: skip
+
+
 def test_a_pair_that_differs_in_more_than_the_factor_names_the_difference():
     [text] = answers.study_answer(A1, study(one(), ddp(step="eager")))
     assert "the two also differ in step (eager vs CUDA graph)" in text, text

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from dmls import stats
-from dmls.report import comparisons, observations, special_answers, wording
+from dmls.report import answers, comparisons, observations, special_answers, wording
 from dmls.report.study import Study
 from dmls.special import sharding
 from test_report import fake_metrics
@@ -112,6 +112,14 @@ def test_answers_observations_and_scaling_print_the_rules_verdict(case):
     assert speed.verdict == WORDS[way]
     accurate = {stats.MORE: "more accurate", stats.LESS: "less accurate"}
     assert accuracy.verdict == accurate.get(way, WORDS[way])
+    # The answer as the report shows it first (answers.study_brief) prints the same verdict,
+    # by the same interval.
+    entry = {"factor": ["launcher"], "answer": [{"say": "DDP: {s}; accuracy {a}.", "compare": {
+        "s": {"run": "ddp", "vs": "one", "metric": "samples_per_s"},
+        "a": {"run": "ddp", "vs": "one", "metric": "test_accuracy"}}}]}  # fmt: skip
+    [brief] = answers.study_brief(entry, study)
+    s, a = speed.without_also(), accuracy.without_also()  # (said once, for the sentence)
+    assert brief.startswith(f"DDP: {s.brief}, {s.verdict}; accuracy {a.brief}, {a.verdict}")
     [line] = observations.versus_baseline(study)
     assert f"), {WORDS[way]}; test accuracy" in line or f"×, {WORDS[way]}; test" in line, line
     [scaling] = observations.scaling(study)

@@ -272,6 +272,18 @@ def sentence(
 ) -> str:
     """One `answer:` entry of report/studies.yaml filled from `study`'s runs, or a sentence
     saying why it can't be."""
+    return sentences(entry, study, factor, other, sweep)[0]
+
+
+def sentences(
+    entry: dict[str, Any],
+    study: Study,
+    factor: Sequence[str] = (),
+    other: Study | None = None,
+    sweep: pd.DataFrame | None = None,
+) -> tuple[str, str]:
+    """`sentence`, and the same sentence as the Answers list gives it: each figure with its
+    interval and verdict, without the means and the seeds they are over."""
     filled: dict[str, Any] = device_words(study)
     say = entry["say"]
     if "facts" in entry:
@@ -281,7 +293,8 @@ def sentence(
             case, facts = FACTS[name](*args)
         except NotMeasured as e:
             topic = entry.get("topic", entry["facts"])
-            return f"{topic[:1].upper()}{topic[1:]}: not measured here, as {e}."
+            why = f"{topic[:1].upper()}{topic[1:]}: not measured here, as {e}."
+            return why, why
         filled |= facts
         say = say[case]
     for name, c in (entry.get("compare") or {}).items():
@@ -294,7 +307,26 @@ def sentence(
             filled[name] = _Fit(fit(study, f["metric"], f["against"]))
         except NotMeasured as e:
             filled[name] = Compared.not_measured(e, metric_label(study, f["metric"]))
-    return say.format(**filled)
+    filled, shared = said_once_for_all(filled)
+    brief = {k: v.briefly() if isinstance(v, Compared | _Fit) else v for k, v in filled.items()}
+    texts = say.format(**filled), say.format(**brief)
+    if not shared:
+        return texts
+    full, short = (f"{text.removesuffix('.')}; {shared}." for text in texts)
+    return full, short
+
+
+def said_once_for_all(filled: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Where every measured comparison of a sentence (two or more) differs from its reference
+    in the same keys beyond the study's factor (A1's 2-GPU runs: twice the global batch), the
+    comparisons without that clause, and the clause once for the sentence ("each pair also
+    differs in ..."); else `filled` as it was and no clause."""
+    measured = {k: v for k, v in filled.items() if isinstance(v, Compared) and v.verdict}
+    clauses = {c.also for c in measured.values()}
+    if len(measured) < 2 or len(clauses) != 1 or not (also := clauses.pop()):
+        return filled, ""
+    shared = also.removeprefix("; ").replace("the two also differ in", "each pair also differs in")
+    return filled | {k: c.without_also() for k, c in measured.items()}, shared
 
 
 def device_words(study: Study) -> dict[str, str]:
@@ -318,6 +350,22 @@ def study_answer(
     the study it is compared with; `sweep`, the collectives sweep's table, where it ran)."""
     factor = texts.get("factor") or []
     return said_once([sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []])
+
+
+def study_brief(
+    texts: dict[str, Any],
+    study: Study,
+    other: Study | None = None,
+    sweep: pd.DataFrame | None = None,
+) -> list[str]:
+    """The answer as the report shows it first (the Answers list, each section's first
+    screen): each figure with its 95% interval (or why it has none), the seeds it is over
+    where not every seed counts, what else the two runs differ in, and the verdict. The means
+    and why a first seed is left out are in `study_answer`'s sentences, one click away."""
+    factor = texts.get("factor") or []
+    return said_once(
+        [sentences(e, study, factor, other, sweep)[1] for e in texts.get("answer") or []]
+    )
 
 
 # "not measured (nccl_b32 skipped: backend 'nccl' runs on CUDA devices only)": who, then why.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from dmls import record, stats
 from dmls.config.studies import flatten
 from dmls.report.cells import MIB
 from dmls.report.study import OK, Study, step_taken
-from dmls.report.wording import inside, minus, points_strings, ratio_strings
+from dmls.report.wording import inside, minus, no_range, points_strings, ratio_strings
 
 # Spec keys that never make two runs' training differ.
 BOOKKEEPING = {"study", "run", "seed", "seeds"}
@@ -62,14 +62,33 @@ class NotMeasured(Exception):
 @dataclass(frozen=True)
 class Compared:
     """One filled comparison: `str()` is the figure with its interval, both means and the
-    verdict; `figure` the same without the verdict; `label` what was compared."""
+    verdict; `figure` the same without the verdict; `label` what was compared; `also` what
+    else the two runs differ in, as the figure says it ("; the two also differ in ...")."""
 
     figure: str
     verdict: str
     label: str = ""
+    also: str = ""
+    # The figure as the Answers list gives it: the value with its interval (or why there is
+    # none) and `also`, without the means and the seeds they are over (its section says them).
+    brief: str = ""
 
     def __str__(self) -> str:
         return f"{self.figure}, {self.verdict}" if self.verdict else self.figure
+
+    def without_also(self) -> Compared:
+        """The same comparison, its `also` said elsewhere (answers.sentence: once for every
+        comparison of a sentence that shares it)."""
+        return replace(
+            self,
+            figure=self.figure.replace(self.also, "", 1),
+            brief=self.brief.replace(self.also, "", 1),
+            also="",
+        )
+
+    def briefly(self) -> Compared:
+        """The comparison as the Answers list words it (`brief`); the same where it has none."""
+        return replace(self, figure=self.brief) if self.brief else self
 
     @classmethod
     def not_measured(cls, why: NotMeasured, label: str = "") -> Compared:
@@ -158,21 +177,35 @@ def compare(
         )
     )
     said = {seeds_said(a_study, run, metric), seeds_said(b_study, b_run, metric)}
+    seeds = ""
     if metric in record.WARM_METRICS or len(said) > 1:  # (else: every finished seed)
-        means += f", {' vs '.join(sorted(said))}"
+        seeds = " vs ".join(sorted(said))
+        means += f", {seeds}"
         means += first_seeds(((a_study, run), (b_study, b_run)), metric, spec)
+        seeds += "; "
     extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     also = f"; the two also differ in {extra}" if extra else ""
     also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
     unit = noise_unit(metric)
     if spec.kind == "ratio":
         phrase = Ratio.of(stats.ratio(a, b), means + also, unit)
-        return Compared(minus(phrase.figure), phrase.judge(spec.more, spec.less), spec.label)
+        brief = f"{phrase.value} ({seeds}{no_range(phrase.result, unit) or phrase.interval}{also})"
+        return Compared(
+            minus(phrase.figure),
+            phrase.judge(spec.more, spec.less),
+            spec.label,
+            minus(also),
+            minus(brief),
+        )
     result = stats.difference(a, b)
     figure, interval = points_strings(result)
     verdict = stats.verdict(result, spec.more, spec.less, unit)
     return Compared(
-        minus(f"{figure} ({inside(result, interval, means, unit)}{also})"), verdict, spec.label
+        minus(f"{figure} ({inside(result, interval, means, unit)}{also})"),
+        verdict,
+        spec.label,
+        minus(also),
+        minus(f"{figure} ({seeds}{no_range(result, unit) or interval}{also})"),
     )
 
 
@@ -186,6 +219,7 @@ class Ratio:
     value: str
     inside: str
     unit: str  # what the noise is over: "seed" or "repeat"
+    interval: str | None = None  # '0.75–0.89×', None without one
 
     @property
     def figure(self) -> str:
@@ -201,7 +235,7 @@ class Ratio:
         if result is None:
             raise NotMeasured("no value was recorded")
         value, interval = ratio_strings(result)
-        return cls(result, value, inside(result, interval, means, unit), unit)
+        return cls(result, value, inside(result, interval, means, unit), unit, interval)
 
     def judge(self, more: str, less: str) -> str:
         return stats.verdict(self.result, more, less, self.unit)
@@ -247,11 +281,17 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
 
 
 class _Fit:
-    def __init__(self, fields: dict[str, Any]) -> None:
+    def __init__(self, fields: dict[str, Any], brief: bool = False) -> None:
         self.__dict__.update(fields)
+        self.fields, self.brief = fields, brief
 
     def __str__(self) -> str:
+        if self.brief:  # (as the Answers list gives it: the line, not how it was fitted)
+            return f"{self.verdict}: {self.slope} plus {self.intercept}"
         return f"{self.verdict}: {self.slope} plus {self.intercept} ({self.r2}; {self.points})"
+
+    def briefly(self) -> _Fit:
+        return _Fit(self.fields, brief=True)
 
 
 def metric_label(study: Study, metric: str) -> str:

@@ -10,6 +10,7 @@ import base64
 import importlib.metadata
 import io
 import numbers
+import re
 import subprocess
 from collections import Counter
 from collections.abc import Mapping
@@ -254,8 +255,17 @@ def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         "provenance": None,
         "kind": "absent",
         "answer": [why],
+        "brief": [why],
         "no_answer": "",
     }
+
+
+# Both means after a special study's interval, "(0.73–2.14×; 0.422 vs 0.530 ms per step)": the
+# report shows such a figure first as "(0.73–2.14×)", the means one click away (as a run
+# study's answer does, answers.study_brief). A figure without an interval keeps its means.
+SPECIAL_MEANS = re.compile(
+    r"(\d×); [\d.,]+(?: ± [\d.,]+)? vs [\d.,]+(?: ± [\d.,]+)? (?:ms per step|ms|µs|KiB|MiB)\)"
+)
 
 
 def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -269,15 +279,18 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     }
     key = text["study"]
     course_data = entry.get("course_data")
+    brief = None
     if kind == "special" and (spec := section["spec"]) is not None:
         answer = special_answers.special_answer(
             entry.get("answer"), spec.facts, section["summary"], section["folder"]
         )
+        brief = [SPECIAL_MEANS.sub(r"\1)", line) for line in answer]
         provenance = special.provenance(section["summary"], spec.repeats, course_data)
     elif kind == "special":
         answer, provenance = [], special.provenance(section["summary"], course_data=course_data)
     else:
         answer = section.get("answers", {}).get(key, [])
+        brief = section.get("briefs", {}).get(key)
         provenance = dict(section.get("provenance") or {})  # (the item's own: A2 shares A1's)
         if provenance and course_data:  # ("data" names the data set; "dataset" its key)
             dataset = provenance.get("dataset", provenance["data"])
@@ -287,6 +300,10 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
         "section": section,
         "kind": kind,
         "answer": answer,
+        # The answer as the Answers list and the section's first screen give it
+        # (answers.study_brief); the whole answer, with the means, one click away where it
+        # says more.
+        "brief": brief or answer,
         # What it ran on: a special study's line, or a run section's parts (report.html.j2).
         "provenance": provenance,
         "no_answer": "report/studies.yaml gives this study no answer to compute.",

@@ -58,6 +58,12 @@ def build(
             entry["study"]: answers.study_answer(entry, study, other, collectives)
             for entry in texts or []
         },
+        # (as the report shows them first: figures, intervals, verdicts; "answers" add the
+        # means and why a first seed is left out)
+        "briefs": {
+            entry["study"]: answers.study_brief(entry, study, other, collectives)
+            for entry in texts or []
+        },
         "course": {
             entry["study"]: answers.course_comparison(study, entry.get("course_table"))
             for entry in texts or []
