@@ -11,8 +11,11 @@ A sentence names its comparisons, each a run against a reference over their seed
 `{ddp}` becomes "1.64× (1.58–1.70×; 812 vs 495 samples/s), faster": the ratio, its 95%
 interval, both (geometric) means and the verdict (or "slower",
 "within seed noise", "too few seeds to tell", ...); `{ddp.figure}` leaves the verdict out and
-`{ddp.label}` names the metric. One convention for every ratio: the run's over the
-reference's, so > 1 means more of the metric (faster for throughput, heavier for memory).
+`{ddp.label}` names the metric. The report shows each answer first without the means
+("1.64× (1.58–1.70×), faster": `study_brief`), the whole sentence one click away, and a
+sentence whose every pair also differs in the same keys says it once. One convention for every
+ratio: the run's over the reference's, so > 1 means more of the metric (faster for throughput,
+heavier for memory).
 Two runs compared differ, by the study's design, only in its `factor` keys (a key, or a group
 such as `optimizer`); a pair that differs in more says in what, the step a run took counting
 rather than the one it asked for. A comparison whose runs did not finish, or are not in the
