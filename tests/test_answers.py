@@ -95,7 +95,7 @@ def test_seeds_that_agree_exactly_print_no_range_and_the_rule_decides_the_verdic
 
 def test_what_every_pair_of_a_sentence_also_differs_in_is_said_once_for_the_sentence():
     """Before: A1's sentences said "the two also differ in global batch (64 vs 32: ...)" after
-    each of their two or three comparisons, six times in three sentences. Where the pairs
+    each of their two or three comparisons, seven times in three sentences. Where the pairs
     differ in different things, each says its own."""
     entry = {"factor": A1["factor"], "answer": [{
         "say": "Against one GPU: DDP {ddp}; DataParallel {dp}.",
