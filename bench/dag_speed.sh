@@ -35,7 +35,8 @@ YAML
 start=$SECONDS
 # Targets first: --configfile takes every word after it.
 # (--config last: the results folder is this script's, whatever EXTRA_CONFIG says.)
-timeout "$limit" python3 -m snakemake "${targets[@]}" --cores all --resources gpu="$gpus" \
+# (--keep-going: a job that fails, a report's included, stops no other job of the timed DAG)
+timeout "$limit" python3 -m snakemake "${targets[@]}" --cores all --resources gpu="$gpus" --keep-going \
   --configfile /tmp/dmls-dag.yaml ${EXTRA_CONFIG:+"$EXTRA_CONFIG"} \
   --config results_dir="$results" >"$out/snakemake.log" 2>&1
 status=$?
