@@ -499,6 +499,29 @@ def test_a_study_with_seeds_builds_every_figure(tmp_path):
     assert list(csv["n_seeds"]) == [3, 3, 3] and csv["test_accuracy_ci95"].gt(0).all()
 
 
+def test_a_run_scales_against_the_single_worker_run_that_stepped_as_it_did():
+    """Before: A1's DataParallel, which asks for a CUDA graph and steps eagerly, scaled
+    against the graph-replayed single_gpu (0.05×, parallel efficiency 3%): the step changed
+    with the launcher, unsaid. It scales against the eager single-GPU run."""
+    why = "DataParallel copies the model to its GPUs from Python in every step"
+    study = Study.from_metrics(
+        "parallelism",
+        {},
+        [
+            fake_metrics("single_gpu", launcher="single", samples_per_s=10000.0),
+            fake_metrics("single_gpu_eager", launcher="single", step="eager",
+                         samples_per_s=1000.0),
+            fake_metrics("dp", launcher="dp", nproc_per_node=2, eager_reason=why,
+                         samples_per_s=1200.0),
+        ],
+    )  # fmt: skip
+    assert study.scaling_reference("dp") == "single_gpu_eager"
+    assert observations.scaling(study) == [
+        "dp (2 workers): speed-up over single_gpu_eager (1 worker) 1.20×, too few seeds to "
+        "tell; ideal 2×, parallel efficiency 60%."
+    ]
+
+
 def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():
     dp_reason = "DataParallel copies the model to its GPUs from Python in every step"
     study = Study.from_metrics(

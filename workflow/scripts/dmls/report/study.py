@@ -150,11 +150,14 @@ class Study:
 
     def scaling_reference(self, run: str) -> str | None:
         """What `run`'s speed-up is measured against: the baseline when it finished and shares
-        the run's data path and step, else the finished run with the fewest workers on that
-        path (A1's DataLoader runs scale against single_gpu_dataloader, not single_gpu)."""
+        the run's data path and the step it took, else the finished run with the fewest
+        workers on that path (A1's DataLoader runs scale against single_gpu_dataloader, not
+        single_gpu; DataParallel, which asks for a CUDA graph and steps eagerly, against
+        single_gpu_eager, not the graph-replayed single_gpu)."""
         ok, row = self.ok, self.runs.loc[run]
-        path = [f"spec.{key}" for key in PATH_KEYS]
-        same = ok[(ok[path] == row[path]).all(axis=1)]
+        if row["status"] != OK:
+            return None
+        same = ok[(ok["spec.loader"] == row["spec.loader"]) & (ok["step_mode"] == row["step_mode"])]
         if same.empty:
             return None
         return self.baseline if self.baseline in same.index else same["replicas"].idxmin()
