@@ -72,10 +72,28 @@ def wait_for(condition, what: str, seconds: float = 120) -> None:
 
 
 def signal_tree(process: psutil.Process, sig: signal.Signals) -> None:
-    """`sig` to `process`, then to every process below it (stopped first, it starts no more)."""
+    """`sig` to `process`, then to every process below it (stopped first, it starts no more).
+    A SIGSTOP returns once every one of them has stopped: the signal is delivered
+    asynchronously, and a snapshot taken before caught a checkpoint's temporary file that the
+    rank renamed a moment later (CI, e75a4ae)."""
     process.send_signal(sig)
-    for child in process.children(recursive=True):
+    tree = [process, *process.children(recursive=True)]
+    for child in tree[1:]:
         child.send_signal(sig)
+    if sig != signal.SIGSTOP:
+        return
+
+    def stopped(p: psutil.Process) -> bool:
+        try:
+            return p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        except psutil.NoSuchProcess:
+            return True  # (it had exited: it changes nothing more)
+
+    deadline = time.monotonic() + 10
+    while not all(stopped(p) for p in tree):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not every process of {process.pid}'s tree stopped in 10 s")
+        time.sleep(0.01)
 
 
 def test_a_second_workflow_on_the_same_results_folder_stops_at_once_and_changes_nothing(
