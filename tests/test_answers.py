@@ -513,7 +513,7 @@ def test_a2_counts_only_the_runs_whose_minimum_could_show_a_rise_and_names_the_s
     assert case == "still_falling"
     texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
     [entry] = next(s for s in texts["sections"] if s["study"] == "overfitting")["answer"]
-    text = answers.sentence(entry, study(late, early))
+    text, _ = answers.sentence(entry, study(late, early))
     assert text.startswith("No overfitting where it could show: 1 of 2 runs"), text
     flat = [1e-3] * 3
     rose = fake_metrics("rose", epochs=3, history=_curve([2.0, 1.0, 1.3], flat))

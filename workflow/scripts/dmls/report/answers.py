@@ -272,21 +272,10 @@ def sentence(
     factor: Sequence[str] = (),
     other: Study | None = None,
     sweep: pd.DataFrame | None = None,
-) -> str:
-    """One `answer:` entry of report/studies.yaml filled from `study`'s runs, or a sentence
-    saying why it can't be."""
-    return sentences(entry, study, factor, other, sweep)[0]
-
-
-def sentences(
-    entry: dict[str, Any],
-    study: Study,
-    factor: Sequence[str] = (),
-    other: Study | None = None,
-    sweep: pd.DataFrame | None = None,
 ) -> tuple[str, str]:
-    """`sentence`, and the same sentence as the Answers list gives it: each figure with its
-    interval and verdict, without the means and the seeds they are over."""
+    """One `answer:` entry of report/studies.yaml filled from `study`'s runs, or a sentence
+    saying why it can't be; and the same sentence as the report shows it first (each figure
+    with its interval and verdict, without the means and why a first seed is left out)."""
     filled: dict[str, Any] = device_words(study)
     say = entry["say"]
     if "facts" in entry:
@@ -342,17 +331,32 @@ def device_words(study: Study) -> dict[str, str]:
     return {"GPU": "GPU", "GPUs": "GPUs", "on_the_GPU": "on the GPU"}
 
 
+def study_answers(
+    texts: dict[str, Any],
+    study: Study,
+    other: Study | None = None,
+    sweep: pd.DataFrame | None = None,
+) -> tuple[list[str], list[str]]:
+    """The answer of a report/studies.yaml section (`answer`, at most three sentences; the
+    study's `factor`, what its runs may differ in) filled from `study`'s runs (and `other`'s,
+    the study it is compared with; `sweep`, the collectives sweep's table, where it ran); and
+    the same answer as the report shows it first (the Answers list, each section's first
+    screen): each figure with its 95% interval (or why it has none), the seeds it is over
+    where not every seed counts, what else the two runs differ in, and the verdict, the means
+    and why a first seed is left out one click away."""
+    factor = texts.get("factor") or []
+    filled = [sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []]
+    return said_once([full for full, _ in filled]), said_once([brief for _, brief in filled])
+
+
 def study_answer(
     texts: dict[str, Any],
     study: Study,
     other: Study | None = None,
     sweep: pd.DataFrame | None = None,
 ) -> list[str]:
-    """The answer of a report/studies.yaml section (`answer`, at most three sentences; the
-    study's `factor`, what its runs may differ in) filled from `study`'s runs (and `other`'s,
-    the study it is compared with; `sweep`, the collectives sweep's table, where it ran)."""
-    factor = texts.get("factor") or []
-    return said_once([sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []])
+    """`study_answers`' whole answer."""
+    return study_answers(texts, study, other, sweep)[0]
 
 
 def study_brief(
@@ -361,14 +365,8 @@ def study_brief(
     other: Study | None = None,
     sweep: pd.DataFrame | None = None,
 ) -> list[str]:
-    """The answer as the report shows it first (the Answers list, each section's first
-    screen): each figure with its 95% interval (or why it has none), the seeds it is over
-    where not every seed counts, what else the two runs differ in, and the verdict. The means
-    and why a first seed is left out are in `study_answer`'s sentences, one click away."""
-    factor = texts.get("factor") or []
-    return said_once(
-        [sentences(e, study, factor, other, sweep)[1] for e in texts.get("answer") or []]
-    )
+    """`study_answers`' answer as the report shows it first."""
+    return study_answers(texts, study, other, sweep)[1]
 
 
 # "not measured (nccl_b32 skipped: backend 'nccl' runs on CUDA devices only)": who, then why.

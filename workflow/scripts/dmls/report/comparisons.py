@@ -177,35 +177,27 @@ def compare(
         )
     )
     said = {seeds_said(a_study, run, metric), seeds_said(b_study, b_run, metric)}
-    seeds = ""
+    seeds = ""  # (said in the brief too; the means and the first seeds' excess are not)
     if metric in record.WARM_METRICS or len(said) > 1:  # (else: every finished seed)
         seeds = " vs ".join(sorted(said))
-        means += f", {seeds}"
-        means += first_seeds(((a_study, run), (b_study, b_run)), metric, spec)
-        seeds += "; "
+        means += f", {seeds}" + first_seeds(((a_study, run), (b_study, b_run)), metric, spec)
     extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     also = f"; the two also differ in {extra}" if extra else ""
     also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
     unit = noise_unit(metric)
     if spec.kind == "ratio":
-        phrase = Ratio.of(stats.ratio(a, b), means + also, unit)
-        brief = f"{phrase.value} ({seeds}{no_range(phrase.result, unit) or phrase.interval}{also})"
-        return Compared(
-            minus(phrase.figure),
-            phrase.judge(spec.more, spec.less),
-            spec.label,
-            minus(also),
-            minus(brief),
-        )
-    result = stats.difference(a, b)
-    figure, interval = points_strings(result)
-    verdict = stats.verdict(result, spec.more, spec.less, unit)
+        result = stats.ratio(a, b)
+        phrase = Ratio.of(result, means + also, unit)
+        figure, interval = phrase.figure, phrase.interval
+        value, verdict = phrase.value, phrase.judge(spec.more, spec.less)
+    else:
+        result = stats.difference(a, b)
+        value, interval = points_strings(result)
+        figure = f"{value} ({inside(result, interval, means, unit)}{also})"
+        verdict = stats.verdict(result, spec.more, spec.less, unit)
+    brief = "; ".join(filter(None, (seeds, no_range(result, unit) or interval)))
     return Compared(
-        minus(f"{figure} ({inside(result, interval, means, unit)}{also})"),
-        verdict,
-        spec.label,
-        minus(also),
-        minus(f"{figure} ({seeds}{no_range(result, unit) or interval}{also})"),
+        minus(figure), verdict, spec.label, minus(also), minus(f"{value} ({brief}{also})")
     )
 
 

@@ -36,6 +36,10 @@ def build(
     ]
     figures_dir.mkdir(parents=True, exist_ok=True)
     drawn = figures.study_figures(study, other, figures_dir)
+    said = {
+        entry["study"]: answers.study_answers(entry, study, other, collectives)
+        for entry in texts or []
+    }
     section = {
         "key": study.key,
         "title": study.title,
@@ -53,17 +57,11 @@ def build(
         "figures": [{"name": name, "file": _relative(path, out_dir)} for name, path in drawn],
         "curves": curves,
         # Each section's answer to its question, by the section's key (dmls.report.answers),
-        # and the course's figures beside this run's.
-        "answers": {
-            entry["study"]: answers.study_answer(entry, study, other, collectives)
-            for entry in texts or []
-        },
-        # (as the report shows them first: figures, intervals, verdicts; "answers" add the
-        # means and why a first seed is left out)
-        "briefs": {
-            entry["study"]: answers.study_brief(entry, study, other, collectives)
-            for entry in texts or []
-        },
+        # as the report shows it first ("briefs": figures, intervals, verdicts) and whole
+        # ("answers": with the means and why a first seed is left out), and the course's
+        # figures beside this run's.
+        "answers": {key: full for key, (full, _) in said.items()},
+        "briefs": {key: brief for key, (_, brief) in said.items()},
         "course": {
             entry["study"]: answers.course_comparison(study, entry.get("course_table"))
             for entry in texts or []
