@@ -121,7 +121,7 @@ def test_the_answer_shown_first_keeps_interval_verdict_and_seeds_not_the_means()
                     "m": {"run": "ddp", "vs": "one", "metric": "memory"}}}]}  # fmt: skip
     pair = study(one(), ddp())
     [full] = answers.study_answer(entry, pair)
-    [brief] = answers.study_brief(entry, pair)
+    _, [brief] = answers.study_answers(entry, pair)
     speed = comparisons.compare(pair, "ddp", "one", "samples_per_s", A1["factor"])
     assert "samples/s" in full and "samples/s" not in brief, brief
     value, interval = speed.figure.split(" (")[0], speed.figure.split(" (")[1].split(";")[0]

@@ -112,12 +112,12 @@ def test_answers_observations_and_scaling_print_the_rules_verdict(case):
     assert speed.verdict == WORDS[way]
     accurate = {stats.MORE: "more accurate", stats.LESS: "less accurate"}
     assert accuracy.verdict == accurate.get(way, WORDS[way])
-    # The answer as the report shows it first (answers.study_brief) prints the same verdict,
+    # The answer as the report shows it first (answers.study_answers) prints the same verdict,
     # by the same interval.
     entry = {"factor": ["launcher"], "answer": [{"say": "DDP: {s}; accuracy {a}.", "compare": {
         "s": {"run": "ddp", "vs": "one", "metric": "samples_per_s"},
         "a": {"run": "ddp", "vs": "one", "metric": "test_accuracy"}}}]}  # fmt: skip
-    [brief] = answers.study_brief(entry, study)
+    _, [brief] = answers.study_answers(entry, study)
     s, a = speed.without_also(), accuracy.without_also()  # (said once, for the sentence)
     assert brief.startswith(f"DDP: {s.brief}, {s.verdict}; accuracy {a.brief}, {a.verdict}")
     [line] = observations.versus_baseline(study)

@@ -12,7 +12,7 @@ A sentence names its comparisons, each a run against a reference over their seed
 interval, both (geometric) means and the verdict (or "slower",
 "within seed noise", "too few seeds to tell", ...); `{ddp.figure}` leaves the verdict out and
 `{ddp.label}` names the metric. The report shows each answer first without the means
-("1.64× (1.58–1.70×), faster": `study_brief`), the whole sentence one click away, and a
+("1.64× (1.58–1.70×), faster": `study_answers`), the whole sentence one click away, and a
 sentence whose every pair also differs in the same keys says it once. One convention for every
 ratio: the run's over the reference's, so > 1 means more of the metric (faster for throughput,
 heavier for memory).
@@ -357,16 +357,6 @@ def study_answer(
 ) -> list[str]:
     """`study_answers`' whole answer."""
     return study_answers(texts, study, other, sweep)[0]
-
-
-def study_brief(
-    texts: dict[str, Any],
-    study: Study,
-    other: Study | None = None,
-    sweep: pd.DataFrame | None = None,
-) -> list[str]:
-    """`study_answers`' answer as the report shows it first."""
-    return study_answers(texts, study, other, sweep)[1]
 
 
 # "not measured (nccl_b32 skipped: backend 'nccl' runs on CUDA devices only)": who, then why.

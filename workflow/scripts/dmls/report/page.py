@@ -262,7 +262,7 @@ def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
 
 # Both means after a special study's interval, "(0.73–2.14×; 0.422 vs 0.530 ms per step)": the
 # report shows such a figure first as "(0.73–2.14×)", the means one click away (as a run
-# study's answer does, answers.study_brief). A figure without an interval keeps its means.
+# study's answer does, answers.study_answers). A figure without an interval keeps its means.
 SPECIAL_MEANS = re.compile(
     r"(\d×); [\d.,]+(?: ± [\d.,]+)? vs [\d.,]+(?: ± [\d.,]+)? (?:ms per step|ms|µs|KiB|MiB)\)"
 )
@@ -301,7 +301,7 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
         "kind": kind,
         "answer": answer,
         # The answer as the Answers list and the section's first screen give it
-        # (answers.study_brief); the whole answer, with the means, one click away where it
+        # (answers.study_answers); the whole answer, with the means, one click away where it
         # says more.
         "brief": brief or answer,
         # What it ran on: a special study's line, or a run section's parts (report.html.j2).
