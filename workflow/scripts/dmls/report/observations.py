@@ -307,19 +307,18 @@ def cpu_half_precision(study: Study) -> list[str]:
     if ok.empty or "onednn_fp16" not in ok.columns:
         return []
     cpu = ok[ok["device"].astype(str) == "cpu"]
-    if cpu.empty:
+    if cpu.empty:  # (under Arrow-backed strings a mask mapped from no rows stays a string)
         return []
     computed = cpu["effective_precision"].astype(str).str.split(r"[/+]", regex=True)
-    # (each mask built as bool: a map's dtype follows its input's in some pandas versions)
-    fp16 = computed.map(lambda p: "fp16" in p).astype(bool)
+    fp16 = computed.map(lambda p: "fp16" in p)
     in_fp16 = fp16 & cpu["onednn_fp16"].eq(False)
     # The CPU's bf16/fp16 instruction sets; None where unknown (an older record says nothing).
     flags = cpu["cpu_half_flags"].map(lambda f: set(f.split()) if isinstance(f, str) else None)
     # (oneDNN's fp16 kernels without AMX-FP16: the weight gradient's is its reference code)
-    no_amx_fp16 = flags.map(lambda f: f is not None and "amx_fp16" not in f).astype(bool)
+    no_amx_fp16 = flags.map(lambda f: f is not None and "amx_fp16" not in f)
     no_amx_fp16 &= fp16 & cpu["onednn_fp16"].eq(True)
-    no_bf16 = flags.map(lambda f: f is not None and BF16_INSTRUCTIONS.isdisjoint(f)).astype(bool)
-    in_bf16 = computed.map(lambda p: "bf16" in p).astype(bool) & no_bf16
+    no_bf16 = flags.map(lambda f: f is not None and BF16_INSTRUCTIONS.isdisjoint(f))
+    in_bf16 = computed.map(lambda p: "bf16" in p) & no_bf16
     lines = []
     if in_fp16.any():
         lines.append(
