@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
@@ -38,14 +37,6 @@ from dmls.config import spec  # noqa: E402
 from dmls.data import datasets  # noqa: E402
 from dmls.special import fused_conv  # noqa: E402
 from dmls.special.kernels.fused_conv_relu import fuse_conv_relu, load_extension  # noqa: E402
-
-
-def study_config() -> dict[str, Any]:
-    """C's settings from config/config.yaml with the schema's defaults filled in."""
-    schema = spec.load_schema()["properties"]["special_studies"]["properties"]["fused_conv"]
-    cfg = {k: v["default"] for k, v in schema["properties"].items() if "default" in v}
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    return cfg | config["special_studies"]["fused_conv"]
 
 
 def main() -> None:
@@ -57,7 +48,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("fused_conv_time.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = study_config() | ({"dataset": args.dataset} if args.dataset else {})
+    cfg = spec.special_study_config("fused_conv") | (
+        {"dataset": args.dataset} if args.dataset else {}
+    )
     dataset = datasets.load(args.data_dir, cfg["dataset"])
     tensors = fused_conv._tensors(dataset, cfg)
     n_train = len(tensors[0])

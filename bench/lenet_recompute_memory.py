@@ -21,18 +21,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
+from dmls.config.spec import special_study_config
 from dmls.special.lenet_memory import cuda_library_workspaces, measure
-
-# The study's settings in config/config.yaml (config/schemas/config.schema.yaml's defaults).
-CFG = {
-    "batch_size": 8,
-    "optimizers": ["adamw", "sgd"],
-    "precisions": ["fp32", "fp16"],
-    "recompute": ["none", "selective", "full"],
-    "activation": "tanh",
-    "steps": 3,
-    "seed": 0,
-}
 
 
 def frame_of(frames: list[dict]) -> str:
@@ -79,13 +69,14 @@ def main() -> None:
                     metavar=("OPTIMIZER", "PRECISION", "RECOMPUTE"))  # fmt: skip
     ap.add_argument("--times", type=int, default=3)
     args = ap.parse_args()
+    cfg = special_study_config("lenet_memory")  # (the default DAG's settings)
     cuda = torch.device("cuda")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; combo {args.combo}")
-    print(f"after the study's warm-up: {cuda_library_workspaces(CFG):,} bytes held")
+    print(f"after the study's warm-up: {cuda_library_workspaces(cfg):,} bytes held")
     torch.cuda.memory._record_memory_history(context="all", stacks="all")
     for i in range(args.times):
         before = torch.cuda.memory_allocated(cuda)
-        row = measure(cuda, *args.combo, CFG)
+        row = measure(cuda, *args.combo, cfg)
         after = torch.cuda.memory_allocated(cuda)
         print(f"window {i}: peak {row['peak_bytes']:,} bytes; held after it {after - before:+,}")
         if i == 0:

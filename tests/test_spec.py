@@ -6,7 +6,13 @@ import pytest
 import yaml
 
 from conftest import ROOT, make_spec, validated
-from dmls.config.spec import SpecError, check_config, load_schema, resolve_runs
+from dmls.config.spec import (
+    SpecError,
+    check_config,
+    load_schema,
+    resolve_runs,
+    special_study_config,
+)
 
 
 def default_config() -> dict:
@@ -332,3 +338,14 @@ def test_a_yaml_syntax_error_in_a_config_file_is_named_with_its_line_and_column(
     assert config_file_problems(path) == [
         f"{path}: line 3, column 9: mapping values are not allowed here (YAML syntax)"
     ]
+
+
+def test_a_special_studys_settings_are_the_configs_over_the_schemas_defaults(tmp_path):
+    """What the bench scripts run a study's code with (bench/lenet_recompute_memory.py,
+    bench/fused_conv_time.py)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("special_studies:\n  lenet_memory: {batch_size: 4}\n")
+    cfg = special_study_config("lenet_memory", config)
+    assert cfg["batch_size"] == 4  # the config's
+    assert cfg["recompute"] == ["none", "selective", "full"] and cfg["steps"] == 3  # defaults
+    assert special_study_config("lenet_memory")["batch_size"] == 8  # config/config.yaml

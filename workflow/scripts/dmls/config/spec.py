@@ -484,6 +484,16 @@ def _has_default(node: dict[str, Any]) -> bool:
     return "default" in node or any(_has_default(v) for v in node.get("properties", {}).values())
 
 
+def special_study_config(study: str, config_path: Path | None = None) -> dict[str, Any]:
+    """A special study's settings as the default DAG runs it: config/config.yaml's
+    `special_studies.<study>` over the schema's defaults (for the bench scripts that run a
+    study's code outside Snakemake)."""
+    schema = load_schema()["properties"]["special_studies"]["properties"][study]
+    cfg = {k: v["default"] for k, v in schema["properties"].items() if "default" in v}
+    path = config_path or SCHEMA_PATH.parents[1] / "config.yaml"
+    return cfg | (yaml.safe_load(path.read_text())["special_studies"].get(study) or {})
+
+
 def special_run_spec(study: str, run: str, **overrides: Any) -> RunSpec:
     """A run spec of the schema's defaults under `overrides` (nested mappings merge),
     validated as a config's runs are."""
