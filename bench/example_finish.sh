@@ -5,13 +5,14 @@
 # 1. the DAG's results (dag/results.tar.gz: records, study files, the data's descriptions) into
 #    $WORK/example (WORK: results), the isolation-host run's (host/results.tar.gz) into
 #    $WORK/example-host;
+#    RERUN="a.tar.gz …": studies trained again after the DAG replace its runs (below);
 # 2. D6 (Spark), which the lent hosts can't run (no Java), into the same folder: its summary
 #    names this host;
 # 3. the report rendered again from the records with this commit's code; no run trains here
 #    (--allowed-rules: the records are inputs, not outputs to rebuild);
 # 4. compare.html (this folder against the isolation-host run), the visible words and A4 pages;
 # 5. into DEST: report.html, compare.html, runs.csv, seeds.csv, the DAG's tables and logs, and
-#    each results folder without checkpoints, models or prepared arrays.
+#    each results folder without checkpoints, models, prepared arrays or the compiled extension.
 # The screenshots and the README stay by hand: they are read before they are written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,19 @@ rm -rf "$work/example" "$work/example-host"
 mkdir -p "$work"
 tar xzf "$gpu/dag/results.tar.gz" -C "$work"
 [ -e "$gpu/host/results.tar.gz" ] && tar xzf "$gpu/host/results.tar.gz" -C "$work"
+# RERUN: results tarballs (bench/gpu_host.sh pack_results) of whole studies trained again after
+# the DAG, each on one host: their runs replace the DAG's (records, step timings, host files).
+for tarball in ${RERUN:-}; do
+  again=$(mktemp -d)
+  tar xzf "$tarball" -C "$again"
+  for part in runs benchmarks/train hosts; do
+    for src in "$again"/*/"$part"/*; do
+      rm -rf "$work/example/$part/$(basename "$src")"
+      cp -r "$src" "$work/example/$part/"
+    done
+  done
+  rm -rf "$again"
+done
 # The DAG's own keys (bench/dag_speed.sh's) and the example's, the results where unpacked.
 only=(--allowed-rules aggregate_runs report_study render_report spark_lazy)
 python3 -m snakemake "$work/example/report/report.html" --cores 2 "${only[@]}" \
@@ -57,6 +71,7 @@ for folder in example example-host; do
   mkdir -p "$dest/results/$folder"
   # (the report's section.json files stay: each section's numbers as rendered)
   tar cf - --exclude='*.pt' --exclude='*.npz' --exclude='*.png' --exclude=report.html \
-    --exclude=compare.html --exclude=checkpoints -C "$work" "$folder" | tar xf - -C "$dest/results"
+    --exclude=compare.html --exclude=checkpoints --exclude=build -C "$work" "$folder" |
+    tar xf - -C "$dest/results"
 done
 du -sh "$dest"

@@ -136,6 +136,8 @@ def test_the_answer_shown_first_keeps_interval_verdict_and_seeds_not_the_means()
 def test_a_pair_that_differs_in_more_than_the_factor_names_the_difference():
     [text] = answers.study_answer(A1, study(one(), ddp(step="eager")))
     assert "the two also differ in step (eager vs CUDA graph)" in text, text
+    # The graphs a step captured follow from the step: not said again ("unset vs 1" before).
+    assert "CUDA graphs captured" not in text, text
 
 
 def test_what_the_spec_implies_is_named_where_two_runs_differ_in_it_beyond_the_factor():
@@ -421,15 +423,15 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
         a4, Study.from_metrics("regularization", {"baseline": "none"}, runs)
     )
     assert said[-1].endswith(
-        "; early stopping: early_stopping stopped at epoch 3 of 3, its learning rate still "
-        "50% of its peak, and reports epoch 2's weights, restored."
+        "; early_stopping stopped at epoch 3 of 3, its learning rate still "
+        "50% of its peak, and reports the weights of its best epoch (2), restored."
     ), said[-1]
     # Where it never fired, the sentence says so once, with the patience and the epochs it had.
     del stopped["seeds"][0]["final"]["stopped_early_epoch"]
     said = answers.study_answer(
         a4, Study.from_metrics("regularization", {"baseline": "none"}, runs)
     )
-    assert said[-1].endswith("; early stopping: in early_stopping it never fired (patience 1, 3 "
+    assert said[-1].endswith("; early stopping never fired in early_stopping (patience 1, 3 "
                              "epochs)."), said[-1]  # fmt: skip
 
 

@@ -760,6 +760,16 @@ def test_every_special_section_says_what_it_ran_on():
     assert special.provenance(synthetic) == (
         "Ran on SYNTHETIC CIFAR-shaped images; NVIDIA H200 (GPU)."
     )
+    # A study that computes on no device of its own (D2, D3, D6) names the machine, so that D6,
+    # run where Java is, is told apart from the GPU host of the same hostname.
+    arithmetic = {"config": {}, "rows": [{"status": "ok"}]}
+    gpu_host = host | {"cpu_count": 64, "gpus": ["NVIDIA H200"] * 4}
+    assert special.provenance(arithmetic | {"host": gpu_host}) == (
+        "Ran on host h (64 cores of Xeon; 4× NVIDIA H200)."
+    )
+    assert special.provenance(arithmetic | {"host": host | {"cpu_count": 2, "gpus": []}}) == (
+        "Ran on host h (2 cores of Xeon; no GPU)."
+    )
 
 
 def test_c_names_every_mode_timed_only_and_no_mode_whose_accuracy_failed():

@@ -57,6 +57,14 @@ def test_a_narrow_interval_that_excludes_the_null_is_a_finding_and_a_wide_one_to
     _, interval = wording.ratio_strings(ratio)
     low = float(interval.split("–")[0])
     assert low > 1.0, interval  # its lower end never prints as 1
+    # An interval that holds the null prints an end as the null only where it is the null:
+    # "−0.5 (−1.0 to 0.0), within seed noise" read as if it touched zero from below.
+    touching = stats.Comparison(-0.005, -0.0098, 0.00004, 3, 3, 0.0)
+    assert wording.points_text(touching) == (
+        "−0.500 points (95% interval −0.980 to +0.004), within seed noise"
+    )
+    exact = stats.Comparison(-0.005, -0.01, 0.0, 3, 3, 0.0)
+    assert wording.points_text(exact).endswith("(95% interval −1.0 to 0.0), within seed noise")
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -94,12 +94,19 @@ class BatchAugment:
 
     def _rotate(self, x: torch.Tensor, degrees: float) -> torch.Tensor:
         """Rotation about the centre by an angle drawn per image from [-d, d], nearest
-        neighbour, zero fill (torchvision's RandomRotation defaults)."""
-        n = x.shape[0]
+        neighbour, zero fill (torchvision's RandomRotation defaults).
+        The sampling grid is F.affine_grid's for [[cos, -sin, 0], [sin, cos, 0]], written out
+        elementwise: affine_grid makes it with a batched matrix multiply, whose first call
+        allocates cuBLAS's workspace (32 MiB on an H200) before training's first step, so the
+        runs that rotate measured that much less "GPU memory a step adds" than the others
+        (bench/rotation_workspace.py)."""
+        n, _, h, w = x.shape
         angle = self._uniform(n, -math.radians(degrees), math.radians(degrees))
-        cos, sin, zero = angle.cos(), angle.sin(), torch.zeros_like(angle)
-        theta = torch.stack([cos, -sin, zero, sin, cos, zero], dim=1).view(n, 2, 3)
-        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+        cos, sin = angle.cos().view(n, 1, 1), angle.sin().view(n, 1, 1)
+        # affine_grid's base grid (align_corners=False): the pixel centres, in [-1, 1]
+        across = (torch.arange(w, device=x.device) * 2 + 1) / w - 1
+        down = ((torch.arange(h, device=x.device) * 2 + 1) / h - 1).view(h, 1)
+        grid = torch.stack([cos * across - sin * down, sin * across + cos * down], dim=-1)
         return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
 
 

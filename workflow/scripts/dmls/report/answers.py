@@ -153,7 +153,7 @@ def _early_stopping(study: Study) -> str:
         metrics = study.metrics[run]
         if not metrics["spec"].get("early_stopping_patience"):
             continue
-        stops, rates, kept = [], [], set()
+        stops, rates, restored = [], [], []
         for seed in metrics["seeds"]:
             final, history = seed["final"], seed["history"]
             if not final.get("stopped_early_epoch"):
@@ -162,20 +162,25 @@ def _early_stopping(study: Study) -> str:
             peak = max(row["lr"] for row in history) or 1.0
             stops.append(str(epoch))
             rates.append(history[epoch - 1]["lr"] / peak)
-            restored = final.get("restored_best_epoch")
-            kept.add(f"epoch {restored}'s weights, restored" if restored else "the last weights")
+            restored.append(final.get("restored_best_epoch"))
         if not stops:
-            spec = metrics["spec"]  # (after "early stopping:", not the word again)
-            said.append(f"in {run} it never fired (patience {spec['early_stopping_patience']}, "
-                        f"{spec['epochs']} epochs)")  # fmt: skip
+            spec = metrics["spec"]
+            said.append(f"early stopping never fired in {run} (patience "
+                        f"{spec['early_stopping_patience']}, {spec['epochs']} epochs)")  # fmt: skip
             continue
         share = "–".join(dict.fromkeys(f"{r:.0%}" for r in (min(rates), max(rates))))
+        if all(restored):
+            kept = f"the weights of its best epoch ({'/'.join(map(str, restored))}), restored"
+        elif not any(restored):
+            kept = "its last weights"
+        else:
+            kept = " / ".join(f"epoch {r}'s weights, restored" if r else "its last weights"
+                              for r in restored)  # fmt: skip
         said.append(
             f"{run} stopped at epoch {'/'.join(stops)} of {metrics['spec']['epochs']}, its "
-            f"learning rate still {share} of its peak, and reports {' / '.join(sorted(kept))}"
+            f"learning rate still {share} of its peak, and reports {kept}"
         )
-    text = "; ".join(said)
-    return f"; early stopping: {text}" if text else ""
+    return "".join(f"; {text}" for text in said)
 
 
 def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[str, Any]]:

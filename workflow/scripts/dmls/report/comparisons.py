@@ -330,8 +330,8 @@ def ran(metrics: dict[str, Any]) -> dict[str, Any]:
         flat["step"] = taken
     step = metrics.get("step") or {}
     flat["global batch"] = metrics["derived"].get("global_batch_size")
-    if step.get("mode") == "cuda_graph":
-        flat["CUDA graphs captured"] = step.get("graphs")
+    if step.get("mode"):  # (an eager step captures none)
+        flat["CUDA graphs captured"] = step.get("graphs") if step["mode"] == "cuda_graph" else 0
     flat["Linear layers in fp8"] = metrics.get("fp8_linear_layers") or 0
     if wrapper := step.get("wrapper"):
         flat["model wrapper"] = wrapper
@@ -355,6 +355,8 @@ def also_differ(left: dict[str, Any], right: dict[str, Any], factor: Sequence[st
     "step (graph vs eager)"; empty when they differ in nothing else."""
 
     def changed_by_design(key: str) -> bool:  # a factor names a key or a group ("optimizer")
+        if key == "CUDA graphs captured" and left.get("step") != right.get("step"):
+            return True  # (said by the step's own difference: eager captures none)
         if key in IMPLIED:
             return bool(IMPLIED[key] & set(factor))
         return key in BOOKKEEPING or any(key == f or key.startswith(f"{f}.") for f in factor)

@@ -45,6 +45,17 @@ IDENTIFIERS = {
 }
 
 
+def machine(host: dict[str, Any]) -> str:
+    """The host a special study ran on, in words that tell two hosts of one name apart:
+    "host vm (64 cores of Intel Xeon; 4× NVIDIA H200)", "host vm (2 cores of …; no GPU)"."""
+    cpu = host.get("cpu_model") or "an unnamed CPU"
+    if cores := host.get("cpu_count"):
+        cpu = f"{cores} cores of {cpu}"
+    gpus = host.get("gpus") or []
+    card = f"{len(gpus)}× {gpus[0]}" if gpus else "no GPU"
+    return f"host {host.get('hostname', '?')} ({cpu}; {card})"
+
+
 def provenance(
     summary: dict[str, Any],
     repeats: tuple[tuple[str, str], ...] = (("repeats", "repeats"),),
@@ -72,7 +83,7 @@ def provenance(
         "cuda": f"{host['gpus'][0]} (GPU)" if host.get("gpus") else "the GPU",
         "cpu": f"the CPU ({host['cpu_model']})" if host.get("cpu_model") else "the CPU",
     }
-    where = [named.get(d, d) for d in devices] or [f"host {host.get('hostname', '?')}"]
+    where = [named.get(d, d) for d in devices] or [machine(host)]
     if ran and any("mode" in r and "device" not in r and r["mode"] != "cpu" for r in ran):
         where = [named["cuda"], *(w for w in where if w != named["cuda"])]  # (C's GPU modes)
     return f"Ran on {'; '.join(parts) + '; ' if parts else ''}{' and '.join(where)}."
@@ -118,6 +129,7 @@ def load(summary_path: Path, studies: Mapping[str, StudySpec]) -> dict[str, Any]
         if spec and spec.downloads
         else [],
         "host": summary["host"],
+        "machine": machine(summary["host"]),
         "summary": summary,
     }
 

@@ -55,7 +55,8 @@ def _digits(comparison: stats.Comparison, scale: float, digits: int, most: int) 
     the value and on the side of the null the verdict says: an interval that excludes the null
     never prints the null as its end ("+0.1 (+0.0 to +0.2), more accurate" reads "+0.12 (+0.04
     to +0.21)"), a finding's value never reads as the null ("1.00×, faster"), nor a narrow
-    interval "0.23× (0.23–0.23×)"."""
+    interval "0.23× (0.23–0.23×)"; an interval that holds the null prints an end as the null
+    only where it is ("−1.0 to 0.0, within seed noise" reads "−0.98 to +0.01")."""
     if not comparison.has_interval:
         return digits
     way = stats.finding(comparison)
@@ -64,8 +65,11 @@ def _digits(comparison: stats.Comparison, scale: float, digits: int, most: int) 
         low, value, high = (round(v * scale, digits) for v in
                             (comparison.low, comparison.value, comparison.high))  # fmt: skip
         apart = comparison.low == comparison.high or len({low, value, high}) == 3
-        sided = way == stats.NO_EFFECT or (value != null and (low > null if way == stats.MORE
-                                                              else high < null))  # fmt: skip
+        if way == stats.NO_EFFECT:  # an end reads as the null only where it is the null
+            sided = all(end != null or exact * scale == null for end, exact in
+                        ((low, comparison.low), (high, comparison.high)))  # fmt: skip
+        else:
+            sided = value != null and (low > null if way == stats.MORE else high < null)
         if apart and sided:
             break
         digits += 1
