@@ -1127,6 +1127,38 @@ def test_the_header_gives_each_sittings_wall_time_when_runs_were_added_later():
     assert axes[1].get_xlim()[0] > 11000 and axes[0].get_xlim()[1] < 1400
 
 
+def test_a_study_trained_again_on_another_machine_is_a_sitting_and_a_host_of_its_own():
+    """Before: the example's A4, trained again on a 2-GPU host minutes after the DAG on a
+    4-GPU one (both named "vm"), merged into one 29.9-minute "DAG wall time", and the hardware
+    table counted all runs on one host "vm" with the 4-GPU host's GPUs."""
+    from dmls.report import page, timeline
+
+    def m(start: str, end: str, gpus: int) -> dict:
+        host = {"hostname": "vm", "cpu_model": "Xeon", "cpu_count": 16 * gpus,
+                "gpus": ["NVIDIA H200"] * gpus, "python": "3.12", "torch": "2.11",
+                "accelerate": "1.15", "platform": "Linux"}  # fmt: skip
+        return {"study": "s", "run": start, "status": "ok", "host": host,
+                "started_at": f"2026-11-28T{start}+00:00", "finished_at": f"2026-11-28T{end}+00:00",
+                "launch": {"seconds": 60.0}}  # fmt: skip
+
+    dag = [m("13:00:00", "13:10:00", 4), m("13:05:00", "13:20:00", 4)]
+    again = [m("13:24:00", "13:25:00", 2), m("13:25:05", "13:26:00", 2)]
+    rows = timeline.with_offsets([timeline.run_row(r) for r in dag + again])
+    assert timeline.sittings(rows) == [(0.0, 1200.0), (1440.0, 1560.0)]
+    assert [a.get_title() for a in timeline.figure(rows).axes] == [
+        "sitting 1\nhost vm (64 cores of Xeon; 4× NVIDIA H200)",
+        "sitting 2\nhost vm (32 cores of Xeon; 2× NVIDIA H200)",
+    ]
+    # The same machine after a short pause stays one sitting (a DAG's jobs, then B alone).
+    same = timeline.with_offsets(
+        [timeline.run_row(r) for r in [*dag, m("13:24:00", "13:25:00", 4)]]
+    )
+    assert len(timeline.sittings(same)) == 1
+    table = page.hosts(dag + again)
+    assert [(h["hostname"], h["runs"], h["gpus"]) for h in table] == [
+        ("vm", 2, "4 × NVIDIA H200"), ("vm", 2, "2 × NVIDIA H200")]  # fmt: skip
+
+
 def test_memory_compares_what_a_step_adds_beside_the_peak():
     """The peak also counts what was resident before the first step (weights, the epoch's data
     kept on the GPU): the batch sweep fits what a step adds, which grows with the batch."""

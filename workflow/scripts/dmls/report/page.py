@@ -99,16 +99,19 @@ def hosts(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
         host = m["host"]
         names = {r["hostname"] for r in m.get("ranks", [])} or {host["hostname"]}
         for name in sorted(names):
-            count[name] += 1
-            seen.setdefault(name, host | {"hostname": name})
+            # (keyed by the machine, not its name: lent GPU hosts are all "vm")
+            key = timeline.machine(host | {"hostname": name})
+            count[key] += 1
+            seen.setdefault(key, host | {"hostname": name})
     out = []
-    for name, host in seen.items():
+    for key, host in seen.items():
+        name = host["hostname"]
         gpus = Counter(host.get("gpus") or [])
         memory = host.get("gpu_memory_bytes") or []
         out.append(
             {
                 "hostname": name,
-                "runs": count[name],
+                "runs": count[key],
                 "cpu": f"{host['cpu_model']}, {host['cpu_count']} logical cores",
                 "gpus": ", ".join(f"{n} × {g}" for g, n in gpus.items()) or "none",
                 "gpu_memory": ", ".join(f"{b / MIB / 1024:.1f} GiB" for b in memory) or "—",

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from dmls.report.cells import cell, data_name, number, stand_in
+from dmls.report.timeline import machine
 from dmls.study_spec import StudySpec
 from dmls.summary import read as read_summary
 
@@ -43,17 +44,6 @@ IDENTIFIERS = {
     "line",
     "code",
 }
-
-
-def machine(host: dict[str, Any]) -> str:
-    """The host a special study ran on, in words that tell two hosts of one name apart:
-    "host vm (64 cores of Intel Xeon; 4× NVIDIA H200)", "host vm (2 cores of …; no GPU)"."""
-    cpu = host.get("cpu_model") or "an unnamed CPU"
-    if cores := host.get("cpu_count"):
-        cpu = f"{cores} cores of {cpu}"
-    gpus = host.get("gpus") or []
-    card = f"{len(gpus)}× {gpus[0]}" if gpus else "no GPU"
-    return f"host {host.get('hostname', '?')} ({cpu}; {card})"
 
 
 def provenance(

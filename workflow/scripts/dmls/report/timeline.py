@@ -51,6 +51,7 @@ def run_row(m: dict[str, Any], benchmarks: Path | None = None) -> dict[str, Any]
     return {
         "job": f"{m['study']}/{m['run']}",
         "status": m["status"],
+        "machine": machine(m.get("host") or {}),
         "step": (m.get("step") or {}).get("mode", ""),
         "start": _stamp(m.get("started_at")),
         "end": _stamp(m.get("finished_at")),
@@ -84,6 +85,7 @@ def study_row(s: dict[str, Any]) -> dict[str, Any]:
     end = start + pd.Timedelta(seconds=seconds) if start is not None and seconds else None
     reserved = s.get("reserved") or {}
     return {"job": f"study {s['study']}", "status": s["status"], "start": start, "end": end,
+            "machine": machine(s.get("host") or {}),
             "gpu_ids": [str(g) for g in reserved.get("gpus", [])],
             "gpus": len(reserved.get("gpus", [])),
             "cores": len(reserved["cores"]) if reserved else s.get("threads"),
@@ -99,6 +101,18 @@ def from_results(results: Path) -> list[dict[str, Any]]:
     ]
     studies = sorted(results.glob("studies/*/summary.json"))
     return rows + [study_row(read_summary(p)) for p in studies]
+
+
+def machine(host: dict[str, Any]) -> str:
+    """A host in words that tell two machines of one hostname apart (lent GPU hosts are all
+    "vm"): "host vm (64 cores of Intel Xeon; 4× NVIDIA H200)", "host vm (2 cores of …; no
+    GPU)"."""
+    cpu = host.get("cpu_model") or "an unnamed CPU"
+    if cores := host.get("cpu_count"):
+        cpu = f"{cores} cores of {cpu}"
+    gpus = host.get("gpus") or []
+    card = f"{len(gpus)}× {gpus[0]}" if gpus else "no GPU"
+    return f"host {host.get('hostname', '?')} ({cpu}; {card})"
 
 
 def _stamp(text: str | None) -> pd.Timestamp | None:
@@ -140,18 +154,26 @@ def lanes(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 # An idle gap this long between jobs splits a folder's jobs into sittings (a DAG, then runs
 # added to its folder later): the header gives each sitting's wall time and the figure draws
-# each on an axis of its own, without the idle hours between them.
+# each on an axis of its own, without the idle hours between them. A job that starts on a
+# machine the sitting has not used, after a shorter idle gap, starts one too (a study trained
+# again on another host, its records merged into the folder).
 SITTING_GAP_S = 600.0
+NEW_MACHINE_GAP_S = 30.0
 
 
 def sittings(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """The (start_s, end_s) spans of the rows' sittings, in time order."""
     spans: list[list[float]] = []
+    machines: set[Any] = set()
     for r in sorted(rows, key=lambda r: r["start_s"]):
-        if spans and r["start_s"] - spans[-1][1] < SITTING_GAP_S:
+        gap = r["start_s"] - spans[-1][1] if spans else None
+        elsewhere = r.get("machine") not in machines and (gap or 0) >= NEW_MACHINE_GAP_S
+        if gap is not None and gap < SITTING_GAP_S and not elsewhere:
             spans[-1][1] = max(spans[-1][1], r["end_s"])
+            machines.add(r.get("machine"))
         else:
             spans.append([r["start_s"], r["end_s"]])
+            machines = {r.get("machine")}
     return [(start, end) for start, end in spans]
 
 
@@ -162,6 +184,7 @@ def figure(rows: list[dict[str, Any]]):
     bars = lanes(rows)
     names = sorted({lane for lane, _ in bars}, key=lambda n: (n.split()[0], int(n.split()[1])))
     spans = sittings(rows)
+    hosts = {r.get("machine") for r in rows}
     fig = new_figure(11, max(2.5, 0.32 * len(names) + 1.2))
     widths = [max(end - start, 1.0) for start, end in spans]
     axes = fig.subplots(1, len(spans), sharey=True, squeeze=False, width_ratios=widths)[0]
@@ -175,7 +198,9 @@ def figure(rows: list[dict[str, Any]]):
         ax.set_xlim(start - pad, end + pad)
         ax.grid(axis="x", alpha=0.3)
         if len(spans) > 1:
-            ax.set_title(f"sitting {k + 1}", fontsize=9)
+            on = {r.get("machine") for r in rows if start <= r["start_s"] <= end}
+            where = f"\n{on.pop()}" if len(on) == 1 and len(hosts) > 1 else ""
+            ax.set_title(f"sitting {k + 1}{where}", fontsize=8)
     axes[0].set_yticks(range(len(names)), names)
     axes[0].invert_yaxis()
     fig.supxlabel("seconds since the first job started", fontsize=10)
