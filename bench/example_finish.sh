@@ -71,7 +71,8 @@ for folder in example example-host; do
   mkdir -p "$dest/results/$folder"
   # (the report's section.json files stay: each section's numbers as rendered)
   tar cf - --exclude='*.pt' --exclude='*.npz' --exclude='*.png' --exclude=report.html \
-    --exclude=compare.html --exclude=checkpoints --exclude=build -C "$work" "$folder" |
+    --exclude=compare.html --exclude=checkpoints --exclude=build --exclude=.workflow.lock \
+    --exclude=.sources-read --exclude=.snakemake_timestamp -C "$work" "$folder" |
     tar xf - -C "$dest/results"
 done
 du -sh "$dest"

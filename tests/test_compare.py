@@ -114,13 +114,13 @@ def test_the_committed_example_folders_compare(tmp_path):
 
     results = ROOT / "docs" / "example-report" / "results"
     page = tmp_path / "compare.html"
-    assert compare.main([str(results / "h200x4-devices"), str(results / "h200x4-host"),
+    assert compare.main([str(results / "example"), str(results / "example-host"),
                          "-o", str(page)]) == 0  # fmt: skip
     text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text())))
     assert text.count("4 × NVIDIA H200") == 2
-    assert re.search(r"\d+ of \d+ runs not in h200x4-host: [\w, ]*dataparallel_2gpu", text)
-    assert re.search(r"ddp_2gpu's throughput against single_gpu's: faster on h200x4-devices, "
-                     r"1\.\d\d×.*faster on h200x4-host, 1\.\d\d×.*they agree", text)  # fmt: skip
+    assert re.search(r"\d+ of \d+ runs not in example-host: [\w, ]*dataparallel_2gpu", text)
+    assert re.search(r"ddp_2gpu's throughput against single_gpu's: faster on example, "
+                     r"1\.\d\d×.*faster on example-host, 1\.\d\d×.*they agree", text)  # fmt: skip
 
 
 def test_runs_of_the_same_spec_on_different_data_are_not_the_same_experiment(tmp_path):
