@@ -305,6 +305,15 @@ def test_memory_grows_with_the_batch_along_a_fitted_line():
     }
     [text] = answers.study_answer(texts, Study.from_metrics("batch_size", {}, runs))
     assert text.startswith("Peak memory grows linearly: 0.660 MiB per unit of batch_size"), text
+    # Flat, then rising (the example's A6): the slope is given as the best line's, not as
+    # growth along a line, and the brief gives its R².
+    bent = [fake_metrics(f"b{b}", launcher="torchrun", nproc_per_node=2, batch_size=b, epochs=3,
+                         gpu_mib=mib, spread=(1.0, 1.0, 1.0))
+            for b, mib in ((16, 99.7), (32, 99.9), (64, 117.0), (128, 157.9))]  # fmt: skip
+    _, [brief] = answers.study_answers(texts, Study.from_metrics("batch_size", {}, bent))
+    assert brief.startswith("Peak memory grows, but not along a line: its best line is 0.546 "
+                            "MiB per unit of batch_size"), brief  # fmt: skip
+    assert brief.endswith("(R² = 0.975)."), brief
     assert (
         "plus 60.0 MiB (R² = 1.000; a least-squares line through the 4 runs' means (warm "
         "seeds 1 and 2 of each))"
