@@ -311,7 +311,7 @@ def test_memory_grows_with_the_batch_along_a_fitted_line():
                          gpu_mib=mib, spread=(1.0, 1.0, 1.0))
             for b, mib in ((16, 99.7), (32, 99.9), (64, 117.0), (128, 157.9))]  # fmt: skip
     _, [brief] = answers.study_answers(texts, Study.from_metrics("batch_size", {}, bent))
-    assert brief.startswith("Peak memory grows, but not along a line: its best line is 0.546 "
+    assert brief.startswith("Peak memory grows, but not along a line: best line 0.546 "
                             "MiB per unit of batch_size"), brief  # fmt: skip
     assert brief.endswith("(R² = 0.975)."), brief
     assert (

@@ -270,7 +270,7 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
         for seeds, runs in said.items()
     )
     return {
-        "slope": ("" if linear else "its best line is ")
+        "slope": ("" if linear else "best line ")
         + minus(f"{slope.value:.3f} {spec.unit} per unit of {against}{interval}"),
         "intercept": minus(f"{line.intercept:.1f} {spec.unit}"),
         "r2": f"R² = {line.r2:.3f}",
