@@ -34,7 +34,7 @@ import pandas as pd
 
 from dmls import record, stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
-from dmls.report.cells import MIB
+from dmls.report.cells import MIB, gpu_card
 from dmls.report.comparisons import (
     METRICS,
     Compared,
@@ -429,7 +429,7 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
                 if isinstance(data.get("n_train"), int)
                 else str(data.get("name", "?"))
             ),
-            "card": (f"{len(host['gpus'])}× {host['gpus'][0]}" if host.get("gpus") else "CPU"),
+            "card": gpu_card(host) or "CPU",
         }
         differ = [
             f"{key}: {course[key]} vs {value}"

@@ -128,6 +128,12 @@ DATA_NAMES = {
 }
 
 
+def gpu_card(host: dict[str, Any]) -> str | None:
+    """A host's GPUs as one card count, "4× NVIDIA H200"; None on a host without a GPU."""
+    gpus = host.get("gpus") or []
+    return f"{len(gpus)}× {gpus[0]}" if gpus else None
+
+
 def data_name(dataset: str) -> str:
     """A data set as a sentence names it, SYNTHETIC said where it is: "Fashion-MNIST",
     "SYNTHETIC CIFAR-shaped images"."""

@@ -224,7 +224,7 @@ class Study:
         data = [m.get("data") or {} for m in ran]
         hosts = [m["host"] for m in ran]
         cards = [  # what trained: a CPU run on a GPU host names the CPU
-            f"{len(h['gpus'])}× {h['gpus'][0]}"
+            cells.gpu_card(h)
             if h.get("gpus") and m["derived"].get("device") != "cpu"
             else f"CPU: {h['cpu_model']}"
             for m, h in zip(ran, hosts, strict=True)

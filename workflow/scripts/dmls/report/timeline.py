@@ -10,6 +10,7 @@ training, evaluation, checkpoints and teardown. Special studies have their start
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pandas as pd
 
 from dmls import record
 from dmls.files import new_figure
+from dmls.report.cells import gpu_card
 from dmls.summary import read as read_summary
 
 SPLIT = ("launcher_s", "import_s", "setup_s", "train_s", "eval_s", "ckpt_s", "teardown_s")
@@ -110,9 +112,7 @@ def machine(host: dict[str, Any]) -> str:
     cpu = host.get("cpu_model") or "an unnamed CPU"
     if cores := host.get("cpu_count"):
         cpu = f"{cores} cores of {cpu}"
-    gpus = host.get("gpus") or []
-    card = f"{len(gpus)}× {gpus[0]}" if gpus else "no GPU"
-    return f"host {host.get('hostname', '?')} ({cpu}; {card})"
+    return f"host {host.get('hostname', '?')} ({cpu}; {gpu_card(host) or 'no GPU'})"
 
 
 def _stamp(text: str | None) -> pd.Timestamp | None:
@@ -164,16 +164,15 @@ NEW_MACHINE_GAP_S = 30.0
 def sittings(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """The (start_s, end_s) spans of the rows' sittings, in time order."""
     spans: list[list[float]] = []
-    machines: set[Any] = set()
+    machines: set[Any] = set()  # the current sitting's
     for r in sorted(rows, key=lambda r: r["start_s"]):
-        gap = r["start_s"] - spans[-1][1] if spans else None
-        elsewhere = r.get("machine") not in machines and (gap or 0) >= NEW_MACHINE_GAP_S
-        if gap is not None and gap < SITTING_GAP_S and not elsewhere:
-            spans[-1][1] = max(spans[-1][1], r["end_s"])
-            machines.add(r.get("machine"))
-        else:
+        gap = r["start_s"] - spans[-1][1] if spans else math.inf
+        elsewhere = r.get("machine") not in machines and gap >= NEW_MACHINE_GAP_S
+        if gap >= SITTING_GAP_S or elsewhere:
             spans.append([r["start_s"], r["end_s"]])
-            machines = {r.get("machine")}
+            machines = set()
+        spans[-1][1] = max(spans[-1][1], r["end_s"])
+        machines.add(r.get("machine"))
     return [(start, end) for start, end in spans]
 
 
