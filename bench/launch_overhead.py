@@ -24,7 +24,13 @@ process compiles torch's modules again.
    rank's end to the agent's exit.
    This part starts torchrun itself, not through the supervisor's launcher: it measures the
    agent alone, and the static rendezvous the launcher doesn't use.
-4. A1's `ddp_2gpu` (or `--run`: `ddp_1gpu` is torchrun's path on a host of one GPU) as the
+4. The floor under any job (`LEAST_RANK`): ranks that do only what every DDP rank does before
+   its first step (import torch and torch._dynamo, a CUDA context, the process group and one
+   all-reduce), one per GPU (2 gloo ranks without one), started by torchrun's command line and
+   by the same elastic agent forking them from a process that imported torch once: the whole
+   command's seconds over the bare import. Where torchrun's ratio is already above 2x, no
+   engine around the step can bring a job under it.
+5. A1's `ddp_2gpu` (or `--run`: `ddp_1gpu` is torchrun's path on a host of one GPU) as the
    DAG runs it (dmls.supervisor.supervise.run, torchrun, 1 seed, data on the GPU, CUDA graphs),
    on a synthetic CIFAR-sized set, `--job-repeats` times: the seconds outside training and
    evaluation, split as the report's DAG timeline splits them (launcher, imports, process
@@ -77,6 +83,43 @@ BARE_RANK = """import json, os, sys, time
 start = time.time()
 out = sys.argv[1] + "/rank" + os.environ["RANK"] + ".json"
 json.dump({"start": start, "end": time.time()}, open(out, "w"))
+"""
+
+
+# The least any DDP rank does before its first step, whatever the engine around it: import torch
+# and torch._dynamo (DDP's constructor and torch.optim's first optimizer import it), a CUDA
+# context, the process group and its first collective. As a function, so that the elastic
+# agent can also fork it from a process that has imported torch once.
+LEAST_RANK = """
+def least_rank(out):
+    import json, os, time
+    start = time.time()
+    import torch, torch._dynamo, torch.distributed as dist
+    imported = time.time()
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1, device=device))
+    grouped = time.time()
+    dist.destroy_process_group()
+    with open(out + "/rank" + os.environ["RANK"] + ".json", "w") as f:
+        json.dump({"start": start, "imported": imported, "grouped": grouped, "end": time.time()}, f)
+"""
+# torch's elastic agent, the one torchrun runs, started from a process that imported torch: a
+# Python-function entry point may be forked (a script's, torchrun's, is always a new process).
+FORK_AGENT = """
+import sys, torch, torch._dynamo
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+config = LaunchConfig(
+    min_nodes=1, max_nodes=1, nproc_per_node=int(sys.argv[2]), run_id="bench",
+    rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:" + sys.argv[3],
+    rdzv_configs={"is_host": True}, max_restarts=0, start_method="fork",
+)
+elastic_launch(config, least_rank)(sys.argv[1])
 """
 
 
@@ -151,6 +194,33 @@ def bare_torchrun(rdzv: str, port: int) -> dict[str, float]:
             "total_s": end - start}  # fmt: skip
 
 
+def least_rank_launch(how: str, port: int, nproc: int) -> dict[str, float]:
+    """The least DDP rank (LEAST_RANK) on `nproc` processes, started by torchrun's command line
+    (c10d rendezvous, as the supervisor starts it) or by the elastic agent forking it from a
+    process that imported torch once: the whole command's wall seconds, and its parts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if how == "torchrun":
+            script = Path(tmp) / "rank.py"
+            script.write_text(LEAST_RANK + "\nimport sys\nleast_rank(sys.argv[1])\n")
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+                    "--nproc_per_node", str(nproc), "--rdzv_backend", "c10d",
+                    "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "bench",
+                    "--rdzv_conf", "is_host=true", "--max_restarts", "0",
+                    str(script), tmp]  # fmt: skip
+        else:
+            argv = [sys.executable, "-c", LEAST_RANK + FORK_AGENT, tmp, str(nproc), str(port)]
+        start = time.time()
+        subprocess.run(argv, check=True, capture_output=True)
+        end = time.time()
+        ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(nproc)]
+    first = min(r["start"] for r in ranks)
+    imported = max(r["imported"] for r in ranks)
+    grouped = max(r["grouped"] for r in ranks)
+    return {"total_s": end - start, "to_ranks_s": first - start,
+            "ranks_imports_s": imported - first, "process_group_s": grouped - imported,
+            "after_s": end - grouped}  # fmt: skip
+
+
 def ddp_job(epochs: int, data_dir: Path, work: Path, run: str = "ddp_2gpu") -> dict[str, Any]:
     row = job(run, 1, epochs, data_dir, work)
     split = row["split_s"]
@@ -168,6 +238,27 @@ def ddp_job(epochs: int, data_dir: Path, work: Path, run: str = "ddp_2gpu") -> d
     return {"wall_s": row["wall_s"], "outside_s": row["outside_training_s"], "parts_s": parts,
             "first_epoch_s": seed["first_epoch_s"],
             "steady_epoch_s": seed["steady_epoch_s"]}  # fmt: skip
+
+
+def floor(repeats: int, bare: float) -> dict[str, list[dict[str, float]]]:
+    """The least DDP rank under each launcher, `repeats` times, against the bare import: the
+    floor under any job's overhead (a job adds its supervisor, data, model and teardown)."""
+    import torch
+
+    nproc = torch.cuda.device_count() or 2  # gloo's 2 CPU ranks where there is no GPU
+    runs: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for k in range(repeats):
+        for i, how in enumerate(("torchrun", "fork")):
+            runs[how].append(least_rank_launch(how, 29700 + 2 * k + i, nproc))
+    names = {"torchrun": "torchrun's command line", "fork": "the elastic agent, forked"}
+    for how, rows in runs.items():
+        med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+        print(f"the least DDP rank ({nproc} processes) under {names[how]}: {med['total_s']:.2f} s, "
+              f"{med['total_s'] / bare:.2f}x the bare import (to the ranks "
+              f"{med['to_ranks_s']:.2f}, their imports {med['ranks_imports_s']:.2f}, process "
+              f"group {med['process_group_s']:.2f}, after {med['after_s']:.2f}; medians of "
+              f"{repeats})", flush=True)  # fmt: skip
+    return dict(runs)
 
 
 def main() -> None:
@@ -193,6 +284,11 @@ def main() -> None:
         after = statistics.median(r["after_ranks_s"] for r in runs)
         print(f"torchrun ({rdzv}), ranks importing nothing: to the ranks {to_ranks:.2f} s, "
               f"after them {after:.2f} s", flush=True)  # fmt: skip
+    bare = statistics.median(
+        next(r["wall_s"] for r in out["processes"] if r["process"] == "import torch")
+    )
+    out["import_torch_s"] = bare
+    out["least_rank"] = floor(args.repeats, bare)
     if args.job:
         work = Path(tempfile.mkdtemp(prefix="dmls-overhead-"))
         datasets.prepare("synthetic_cifar", {"n_train": 50000, "n_test": 10000, "seed": 0},
@@ -208,10 +304,7 @@ def main() -> None:
         outside = mean_interval([j["outside_s"] for j in out["jobs"]])
         out["outside_s"] = {"mean": outside.mean, "low": outside.low, "high": outside.high}
         span = f", 95% interval {outside.low:.2f}-{outside.high:.2f} s" if outside.n > 1 else ""
-        bare = statistics.median(
-            next(r["wall_s"] for r in out["processes"] if r["process"] == "import torch")
-        )
-        out["import_torch_s"], out["ratio"] = bare, outside.mean / bare
+        out["ratio"] = outside.mean / bare
         print(f"outside training and evaluation: {outside.mean:.2f} s{span}, "
               f"{out['ratio']:.2f}x this host's bare `import torch` ({bare:.2f} s, the median of "
               f"{args.repeats}; target: at most 2x)", flush=True)  # fmt: skip

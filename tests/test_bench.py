@@ -76,6 +76,17 @@ def test_the_launch_overhead_benchmark_runs_its_cpu_parts(tmp_path):
         (bare,) = report["bare_torchrun"][rdzv]
         assert bare["to_ranks_s"] > 0 and bare["after_ranks_s"] > 0
         assert bare["total_s"] >= bare["to_ranks_s"] + bare["after_ranks_s"]
+    # The least DDP rank under both launchers: its parts add up to the command's seconds, and
+    # the forked ranks found torch imported while torchrun's imported it themselves.
+    assert report["import_torch_s"] == rows["import torch"]["wall_s"][0]
+    launches = report["least_rank"]
+    (torchrun,), (forked,) = launches["torchrun"], launches["fork"]
+    for run in (torchrun, forked):
+        parts = ("to_ranks_s", "ranks_imports_s", "process_group_s", "after_s")
+        assert sum(run[p] for p in parts) == pytest.approx(run["total_s"])
+        assert all(run[p] >= 0 for p in parts)
+    assert forked["ranks_imports_s"] < 0.1 < torchrun["ranks_imports_s"]
+    assert "the least DDP rank (2 processes) under torchrun's command line" in done.stdout
 
 
 def test_the_checkpoint_cost_benchmark_times_every_part_on_the_cpu(tmp_path):
