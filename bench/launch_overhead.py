@@ -240,24 +240,28 @@ def ddp_job(epochs: int, data_dir: Path, work: Path, run: str = "ddp_2gpu") -> d
             "steady_epoch_s": seed["steady_epoch_s"]}  # fmt: skip
 
 
-def floor(repeats: int, bare: float) -> dict[str, list[dict[str, float]]]:
-    """The least DDP rank under each launcher, `repeats` times, against the bare import: the
-    floor under any job's overhead (a job adds its supervisor, data, model and teardown)."""
+def floor(repeats: int) -> dict[str, list[dict[str, float]]]:
+    """The least DDP rank under each launcher, `repeats` times, each launch paired with a bare
+    `import torch` timed just before it (the ratio of a pair cancels the host's drift): the floor
+    under any job's overhead (a job adds its supervisor, data, model and teardown)."""
     import torch
 
     nproc = torch.cuda.device_count() or 2  # gloo's 2 CPU ranks where there is no GPU
     runs: dict[str, list[dict[str, float]]] = defaultdict(list)
     for k in range(repeats):
         for i, how in enumerate(("torchrun", "fork")):
-            runs[how].append(least_rank_launch(how, 29700 + 2 * k + i, nproc))
+            bare, _ = timed_process(PROCESSES["import torch"])
+            row = least_rank_launch(how, 29700 + 2 * k + i, nproc)
+            runs[how].append(row | {"import_torch_s": bare, "ratio": row["total_s"] / bare})
     names = {"torchrun": "torchrun's command line", "fork": "the elastic agent, forked"}
     for how, rows in runs.items():
         med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
-        print(f"the least DDP rank ({nproc} processes) under {names[how]}: {med['total_s']:.2f} s, "
-              f"{med['total_s'] / bare:.2f}x the bare import (to the ranks "
-              f"{med['to_ranks_s']:.2f}, their imports {med['ranks_imports_s']:.2f}, process "
-              f"group {med['process_group_s']:.2f}, after {med['after_s']:.2f}; medians of "
-              f"{repeats})", flush=True)  # fmt: skip
+        print(f"the least DDP rank ({nproc} processes) under {names[how]}: {med['total_s']:.2f} s "
+              f"(to the ranks {med['to_ranks_s']:.2f}, their imports {med['ranks_imports_s']:.2f}, "
+              f"process group {med['process_group_s']:.2f}, after {med['after_s']:.2f}), "
+              f"{med['ratio']:.2f}x a bare import timed just before it "
+              f"({min(r['ratio'] for r in rows):.2f}-{max(r['ratio'] for r in rows):.2f}x; "
+              f"medians of {repeats})", flush=True)  # fmt: skip
     return dict(runs)
 
 
@@ -288,7 +292,7 @@ def main() -> None:
         next(r["wall_s"] for r in out["processes"] if r["process"] == "import torch")
     )
     out["import_torch_s"] = bare
-    out["least_rank"] = floor(args.repeats, bare)
+    out["least_rank"] = floor(args.repeats)
     if args.job:
         work = Path(tempfile.mkdtemp(prefix="dmls-overhead-"))
         datasets.prepare("synthetic_cifar", {"n_train": 50000, "n_test": 10000, "seed": 0},

@@ -85,6 +85,7 @@ def test_the_launch_overhead_benchmark_runs_its_cpu_parts(tmp_path):
         parts = ("to_ranks_s", "ranks_imports_s", "process_group_s", "after_s")
         assert sum(run[p] for p in parts) == pytest.approx(run["total_s"])
         assert all(run[p] >= 0 for p in parts)
+        assert run["ratio"] == pytest.approx(run["total_s"] / run["import_torch_s"])
     assert forked["ranks_imports_s"] < 0.1 < torchrun["ranks_imports_s"]
     assert "the least DDP rank (2 processes) under torchrun's command line" in done.stdout
 
