@@ -111,8 +111,13 @@ def least_rank(out):
 """
 # torch's elastic agent, the one torchrun runs, started from a process that imported torch: a
 # Python-function entry point may be forked (a script's, torchrun's, is always a new process).
+# LaunchConfig asks torch.accelerator whether a GPU is there, which starts CUDA's driver in the
+# agent and leaves forked ranks unable to use CUDA ("Cannot re-initialize CUDA in forked
+# subprocess", on 1x H200, torch 2.11) unless the count comes from NVML, as torch documents.
 FORK_AGENT = """
-import sys, torch, torch._dynamo
+import os, sys
+os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+import torch, torch._dynamo
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 config = LaunchConfig(
     min_nodes=1, max_nodes=1, nproc_per_node=int(sys.argv[2]), run_id="bench",
@@ -210,8 +215,10 @@ def least_rank_launch(how: str, port: int, nproc: int) -> dict[str, float]:
         else:
             argv = [sys.executable, "-c", LEAST_RANK + FORK_AGENT, tmp, str(nproc), str(port)]
         start = time.time()
-        subprocess.run(argv, check=True, capture_output=True)
+        done = subprocess.run(argv, capture_output=True, text=True)
         end = time.time()
+        if done.returncode:
+            sys.exit(f"the least DDP rank under {how} failed:\n{done.stderr[-4000:]}")
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(nproc)]
     first = min(r["start"] for r in ranks)
     imported = max(r["imported"] for r in ranks)
