@@ -88,8 +88,8 @@ json.dump({"start": start, "end": time.time()}, open(out, "w"))
 
 # The least any DDP rank does before its first step, whatever the engine around it: import torch
 # and torch._dynamo (DDP's constructor and torch.optim's first optimizer import it), a CUDA
-# context, the process group and its first collective. As a function, so that the elastic
-# agent can also fork it from a process that has imported torch once.
+# context, the process group and its first collective, then the group's destruction. As a
+# function, so that the elastic agent can also fork it from a process that imported torch once.
 LEAST_RANK = """
 def least_rank(out):
     import json, os, time
