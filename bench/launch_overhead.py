@@ -60,6 +60,7 @@ from seeds_cost import job
 from dmls import bytecode
 from dmls.data import datasets
 from dmls.stats import mean_interval
+from dmls.supervisor import launch
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 PROCESSES = {
@@ -210,11 +211,11 @@ def least_rank_launch(how: str, port: int, nproc: int) -> dict[str, float]:
             # Leave as the DAG's ranks do (training/worker.py) and a forked rank does: without
             # the interpreter's finalization.
             script.write_text(LEAST_RANK + "import os, sys\nleast_rank(sys.argv[1])\nos._exit(0)\n")
-            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-                    "--nproc_per_node", str(nproc), "--rdzv_backend", "c10d",
-                    "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "bench",
-                    "--rdzv_conf", "is_host=true", "--max_restarts", "0",
-                    str(script), tmp]  # fmt: skip
+            # The supervisor's own command; not its thread variables: the host's defaults stay.
+            argv = launch.torchrun_command(
+                [str(script)], [tmp], nodes=1, nproc_per_node=nproc, node_rank=0,
+                master_addr=launch.LOOPBACK, port=port, rdzv_id="bench", threads_per_process=1,
+            ).argv  # fmt: skip
         else:
             argv = [sys.executable, "-c", LEAST_RANK + FORK_AGENT, tmp, str(nproc), str(port)]
         start = time.time()
