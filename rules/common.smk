@@ -419,6 +419,34 @@ def say_what_will_be_replaced():
         print(note, file=sys.stderr)
 
 
+def data_to_download():
+    """For each data set this DAG prepares and this host has no copy of: that it is downloaded
+    by prepare_data, or, where the download is off or fails (offline), what needs it is
+    skipped with the reason."""
+    try:
+        prepared = sorted(
+            {
+                job.wildcards.dataset
+                for job in workflow.dag.needrun_jobs()
+                if job.rule.name == "prepare_data"
+            }
+        )
+    except AttributeError:  # this Snakemake's scheduler is not readable
+        return []
+    said = []
+    for name in prepared:
+        cfg = config["data"][name]
+        if why := datasets.download_needed(name, cfg):
+            then = (
+                "prepare_data downloads it; offline, the runs and studies that need it are "
+                "skipped with the reason"
+                if cfg.get("download", True)
+                else f"data.{name}.download is false: what needs it is skipped with the reason"
+            )
+            said.append(f"{why}: {then}.")
+    return said
+
+
 def say_what_this_host_will_run():
     """On this host (not under Slurm, whose nodes are not this one and whose queue decides
     when jobs start), before any job: the runs it will train and skip, with why, then about
@@ -441,6 +469,8 @@ def say_what_this_host_will_run():
         return
     host, _ = host_facts(Path(RESULTS) / "hosts")
     print(plan(RUNS, host), file=sys.stderr)
+    for why in data_to_download():
+        print(why, file=sys.stderr)
     jobs = jobs_of(workflow)
     if jobs is None:
         print(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 # The published training sets: CIFAR-10's archive is read only when it has data.cifar10.md5 (the
@@ -47,10 +46,9 @@ def known_train_samples(
         if cfg.get("md5", official) == official:
             source = "CIFAR-10's published set, as data.cifar10.md5 fixes it"
             return PUBLISHED_TRAIN_SAMPLES[dataset], source
-    if dataset == "fashion_mnist":
-        debian = defaults["debian_dir"]["default"]
-        if Path(cfg.get("debian_dir") or debian) == Path(debian):
-            return PUBLISHED_TRAIN_SAMPLES[dataset], "Fashion-MNIST's published set"
+    # Fashion-MNIST with no folder of one's own: Debian's package or the download.
+    if dataset == "fashion_mnist" and not cfg.get("debian_dir"):
+        return PUBLISHED_TRAIN_SAMPLES[dataset], "Fashion-MNIST's published set"
     return None  # the user's own files, of any size
 
 

@@ -148,38 +148,43 @@ def _download_fashion_mnist(cache_dir: Path) -> Path:
 
 
 def _prepare_fashion_mnist(cfg: dict) -> tuple[Arrays, str]:
-    debian_dir = Path(cfg.get("debian_dir") or FASHION_MNIST_DEBIAN_DIR)
-    gz = [debian_dir / f"{stem}.gz" for stem in FASHION_MNIST_FILES]
+    """Fashion-MNIST from the user's folder (`debian_dir`), else Debian's where it is installed,
+    else torchvision's download. Only a folder the user set is theirs to get wrong: Debian's
+    absent is the usual case on a fresh machine, not an error."""
+    own = cfg.get("debian_dir")
+    folder = Path(own or FASHION_MNIST_DEBIAN_DIR)
+    gz = [folder / f"{stem}.gz" for stem in FASHION_MNIST_FILES]
     present = [p.is_file() for p in gz]
     if all(present):
         # Read Debian's files directly: Debian re-gzips them, so the .gz md5s differ from
         # the upstream ones torchvision checks and torchvision would reject/re-download them.
-        label = (
-            "Debian dataset-fashion-mnist"
-            if str(debian_dir) == FASHION_MNIST_DEBIAN_DIR
-            else "Fashion-MNIST IDX files"
-        )
-        return read_fashion_mnist_dir(debian_dir), f"{label} {debian_dir}"
+        label = "Fashion-MNIST IDX files" if own else "Debian dataset-fashion-mnist"
+        return read_fashion_mnist_dir(folder), f"{label} {folder}"
     if any(present):
         missing = [p.name for p, ok in zip(gz, present, strict=True) if not ok]
-        raise DataError(f"data.fashion_mnist.debian_dir {debian_dir} lacks {', '.join(missing)}")
+        key = "data.fashion_mnist.debian_dir" if own else "Debian's dataset-fashion-mnist"
+        raise DataError(f"{key} {folder} lacks {', '.join(missing)}")
 
+    where = (
+        f"data.fashion_mnist.debian_dir {folder} lacks the IDX files"
+        if own
+        else f"Debian's dataset-fashion-mnist is not installed ({folder})"
+    )
     how = (
         "apt-get install dataset-fashion-mnist, or set data.fashion_mnist.debian_dir to a "
         f"folder holding the four IDX files ({', '.join(f'{s}.gz' for s in FASHION_MNIST_FILES)})."
     )
     if not cfg.get("download", True):
         raise DataUnavailable(
-            f"Fashion-MNIST: {debian_dir} lacks the IDX files and "
-            f"data.fashion_mnist.download is false. {how}"
+            f"Fashion-MNIST: {where} and data.fashion_mnist.download is false. {how}"
         )
     cache_dir = Path(cfg.get("cache_dir") or "resources/fashion_mnist")
     try:
         raw = _download_fashion_mnist(cache_dir)
     except Exception as e:  # network down, mirror gone, md5 mismatch, ...
         raise DataUnavailable(
-            f"Fashion-MNIST: {debian_dir} lacks the IDX files and the torchvision download "
-            f"failed ({type(e).__name__}: {e}). {how}"
+            f"Fashion-MNIST: {where} and the torchvision download failed "
+            f"({type(e).__name__}: {e}). {how}"
         ) from e
     return read_fashion_mnist_dir(raw), f"Fashion-MNIST download via torchvision -> {raw}"
 
@@ -306,6 +311,28 @@ def source_files(name: str, cfg: dict) -> list[Path]:
     else:
         candidates = []
     return [p for p in candidates if p.is_file()]
+
+
+def download_needed(name: str, cfg: dict) -> str | None:
+    """Why `prepare` will have to download dataset `name` on this host, for the start-of-DAG
+    plan: no file of it here (the user's, Debian's or an earlier download's); None where a copy
+    is here, the set is synthetic, or a path the user set is read (or refused) instead."""
+    cfg = cfg or {}
+    if name == "cifar10" and not cfg.get("archive"):
+        cache = Path(cfg.get("cache_dir") or "resources/cifar10") / CIFAR10_FILENAME
+        if not cache.is_file():
+            return f"CIFAR-10: no archive here (data.cifar10.archive is unset, {cache} absent)"
+    if name == "fashion_mnist" and not cfg.get("debian_dir"):
+        raw = Path(cfg.get("cache_dir") or "resources/fashion_mnist") / "FashionMNIST" / "raw"
+        if not any(
+            all((folder / f"{stem}.gz").is_file() for stem in FASHION_MNIST_FILES)
+            for folder in (Path(FASHION_MNIST_DEBIAN_DIR), raw)
+        ):
+            return (
+                f"Fashion-MNIST: Debian's dataset-fashion-mnist is not installed "
+                f"(no IDX files in {FASHION_MNIST_DEBIAN_DIR}) and no earlier download is in {raw}"
+            )
+    return None
 
 
 # The config keys that name a user's own files or folders, per dataset.
