@@ -1,6 +1,7 @@
-"""GPU memory per run of a results folder: the peak, what a training step adds above what the
-GPUs held as it began, and that (training/results.StepMemory), all from each run's warm seed
-(dmls/record.py `warm_peak`), and for a batch sweep the line through the step memory.
+"""GPU memory per run of a results folder: the peak allocated, what a training step adds above
+what its GPU held as it began, and that (training/results.StepMemory), each the run's number
+(dmls/record.py `value`: the mean over a warm process's seeds), and for a batch sweep the line
+through the step memory.
 
     python3 bench/step_memory.py results [--study batch_size]
 """
@@ -32,8 +33,9 @@ def rows(results: Path, study: str | None) -> list[dict]:
         out.append(
             {"run": f"{metrics['study']}/{metrics['run']}", "batch_size": spec["batch_size"],
              "precision": metrics["effective_precision"], "step": metrics["step"]["mode"],
-             "seed": metrics["memory"]["seed"]}
-            | {c: metrics["memory"].get(c) for c in COLUMNS}
+             "seeds": ",".join(str(metrics["seeds"][k]["seed"])
+                               for k in record.counted_seeds(metrics, COLUMNS[0]))}
+            | {c: record.value(metrics, c)[0] for c in COLUMNS}
         )  # fmt: skip
     return out
 
@@ -44,12 +46,12 @@ def main() -> None:
     parser.add_argument("--study")
     args = parser.parse_args()
     table = rows(args.results, args.study)
-    print("| run | batch | precision | step | seed | before step MiB | step adds MiB | peak MiB |")
+    print("| run | batch | precision | step | seeds | before step MiB | step adds MiB | peak MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for r in table:
         mib = [f"{r[c] / MIB:.1f}" if r[c] is not None else "" for c in COLUMNS]
         print(f"| {r['run']} | {r['batch_size']} | {r['precision']} | {r['step']} | "
-              f"{r['seed']} | " + " | ".join(mib) + " |")  # fmt: skip
+              f"{r['seeds']} | " + " | ".join(mib) + " |")  # fmt: skip
     sweep = [r for r in table if r["run"].startswith("batch_size/") and r[COLUMNS[1]]]
     if len(sweep) >= 3:
         x = np.array([r["batch_size"] for r in sweep], dtype=float)

@@ -33,6 +33,9 @@ def train(tmp_path, data_dir, name, **overrides):
     # The job's result with its seeds combined, as the supervisor records it.
     result = record.combine(trainer.train(spec, data_dir, run_dir, run_dir / "ckpt.pt"))
     assert result is not None and result["status"] == "ok", result
+    for s in result["seeds"]:  # (what a step adds + what was held) <= the allocated peak
+        assert record.step_memory_problem(s) is None
+        assert s["step_gpu_mem_bytes"] > 0 and s["graph_pool_reserved_bytes"] is not None
     if spec.seeds > 1:
         return result
     return result["seeds"][0] | {k: result[k] for k in ("status", "ranks", "world_size")}
@@ -59,6 +62,8 @@ def test_a_captured_step_learns_what_the_eager_step_learns(tmp_path, images_dir,
     # every full batch replays the graph and every ragged batch runs eagerly.
     assert record["eager_steps"] == 3 + 3 and record["replayed_steps"] == 3 * 31 - 3
     assert eager["step"]["mode"] == "eager" and eager["step"]["eager_reason"] == "step: eager"
+    # A replayed step's activations live in its graph's pool, named apart from what it adds.
+    assert fast["graph_pool_reserved_bytes"] > 0 and eager["graph_pool_reserved_bytes"] == 0
     assert_learns_the_same(eager, fast)
 
 

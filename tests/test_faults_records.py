@@ -61,7 +61,7 @@ def test_the_record_built_here_is_valid(tmp_path):
 def skipped_with_a_summary(m: dict) -> None:
     """A skipped run's record that still carries a summary: no seeds to count against."""
     summary = m["summary"] | {"n_finished": 5}
-    for key in ("seeds", "memory", "final", "history", "ranks", "timing", "step", "data"):
+    for key in ("seeds", "final", "history", "ranks", "timing", "step", "data"):
         m.pop(key)
     m |= {"status": "skipped", "reason": "no CUDA GPU on this host", "summary": summary}
 

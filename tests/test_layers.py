@@ -32,7 +32,7 @@ LAUNCHER_COMPARED = re.compile(
 # an error. training/ and report/ stand side by side: the report reads the record, never the
 # training code.
 FLOORS = (
-    ("files", "stats", "joblog", "bytecode"),
+    ("files", "stats", "joblog", "bytecode", "versions"),
     ("config", "protocol", "comm"),
     ("data", "record", "summary", "study_spec"),
     ("training", "report"),

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dmls import record
+from dmls import record, versions
 from dmls.files import write_json
 from test_report import fake_metrics
 
@@ -50,7 +50,8 @@ def test_combine_gives_means_intervals_and_the_mean_curve_over_the_seeds_that_tr
     assert accuracy["mean"] == pytest.approx(0.6) and accuracy["n"] == 2
     # Student t with 1 degree of freedom: t(0.975, 1) = 12.7062; s = 0.1414, s/√2 = 0.1.
     assert accuracy["ci95"] == pytest.approx(12.7062 * 0.1, rel=1e-4)
-    assert result["memory"]["peak_gpu_mem_allocated_bytes"] is None  # a CPU run: no GPU memory
+    # A CPU run: no GPU memory.
+    assert record.value(result, "peak_gpu_mem_allocated_bytes") == (None, None)
     assert result["final"]["test_accuracy"] == pytest.approx(0.6)
     assert result["final"]["stopped_early_epochs"] == [None, 3]
     # Epoch 3 only the second seed trained: its mean is that seed's, without an interval.
@@ -77,29 +78,32 @@ def gpu_seed(k: int, peak_mib: float, per_gpu_mib: list[float], kept: bool = Fal
     return out
 
 
-def test_the_runs_peak_and_each_gpus_peak_come_from_the_same_seed():
-    """The largest GPU and the per-GPU column once came from different seeds (205.7 MiB
-    beside 250.2 / 250.2 in the example report's A3)."""
+def test_the_runs_peak_and_each_gpus_peak_are_counted_over_the_same_seeds():
+    """One rule for a run's memory, the largest GPU's and each GPU's: the mean over the seeds of
+    a warm process (the example's table once gave the warm seeds' mean beside one seed's)."""
     seeds = [gpu_seed(0, 250.2, [250.2, 250.0]), gpu_seed(1, 205.7, [205.7, 205.1]),
              gpu_seed(2, 206.0, [206.0, 205.9])]  # fmt: skip
-    memory = record.combine(job(seeds))["memory"]
-    assert memory["seed"] == 1
-    assert memory["peak_gpu_mem_allocated_bytes"] == int(205.7 * MIB)
-    assert memory["peak_gpu_mem_allocated_per_gpu_bytes"] == [int(205.7 * MIB), int(205.1 * MIB)]
+    result = record.combine(job(seeds))
+    assert "memory" not in result  # no second, one-seed definition in the record
+    peak, _ = record.value(result, "peak_gpu_mem_allocated_bytes")
+    assert peak == pytest.approx((int(205.7 * MIB) + int(206.0 * MIB)) / 2)
+    assert record.per_gpu_peaks(result) == pytest.approx(
+        [(int(205.7 * MIB) + int(206.0 * MIB)) / 2, (int(205.1 * MIB) + int(205.9 * MIB)) / 2]
+    )
     # The first seed paid cuDNN's autotuning: its excess over the warm seeds' mean.
     warm = (int(205.7 * MIB) + int(206.0 * MIB)) / 2
-    assert memory["first_seed_excess_bytes"] == round(int(250.2 * MIB) - warm)
+    excess = record.first_seed_excess(seeds, "peak_gpu_mem_allocated_bytes")
+    assert excess == pytest.approx(int(250.2 * MIB) - warm)
 
 
 def test_a_kept_seed_is_not_the_first_seed_of_this_process():
     seeds = [gpu_seed(0, 300, [300], kept=True), gpu_seed(1, 280, [280]), gpu_seed(2, 250, [250])]
-    memory = record.combine(job(seeds))["memory"]
     # Seeds 0 (kept: the first of an earlier process) and 1 (the first of this one) started a
     # process; seed 2 is warm. One definition, the record's and the report's.
-    assert memory["first_seed_excess_bytes"] == int(290 * MIB) - int(250 * MIB)
+    metric = "peak_gpu_mem_allocated_bytes"
+    assert record.first_seed_excess(seeds, metric) == int(290 * MIB) - int(250 * MIB)
     from dmls.report.run_numbers import RunNumbers
 
-    metric = "peak_gpu_mem_allocated_bytes"
     assert RunNumbers({"seeds": seeds}).first_seed_excess(metric) == int(290 * MIB) - int(250 * MIB)
     assert record.warm_seeds({"seeds": seeds}) == [2]
     assert record.timed_seeds({"seeds": seeds[:2]}) == [0, 1]  # no warm seed: every seed
@@ -136,7 +140,7 @@ def test_a_valid_record_is_written_and_read_back(tmp_path):
          "seeds/0/history/0: 'epoch 1' is not of type 'object'"),
         (lambda m: m["seeds"][0]["history"][0].update(test_accuracy=1.5),
          "seeds/0/history/0/test_accuracy: 1.5 is greater than the maximum of 1"),
-        (lambda m: m.update(metrics_version=2), "metrics version 2, this pipeline reads 3"),
+        (lambda m: m.update(metrics_version=2), "metrics version 2, this pipeline reads 4"),
         # The schema is closed, at the top and in a seed: a key it doesn't declare is an error.
         (lambda m: m.update(note="hi"),
          "(top): Additional properties are not allowed ('note' was unexpected)"),
@@ -150,6 +154,12 @@ def test_a_valid_record_is_written_and_read_back(tmp_path):
          "seeds: 3 seeds, but the spec asks for 2"),
         (lambda m: m["launch"].update(isolation="shared"),
          "launch/isolation: 'shared' is not one of"),
+        # The example's A6 at batch 128 under version 3: 48.1 + 157.9 MiB against 185.5 MiB.
+        (lambda m: m["seeds"][1].update(peak_gpu_mem_allocated_bytes=194_510_848,
+                                        gpu_mem_before_step_bytes=50_396_160,
+                                        step_gpu_mem_bytes=165_543_936),
+         "seeds/1/step_gpu_mem_bytes: 165543936 added to the 50396160 held before the step "
+         "exceed the allocated peak, 194510848"),
     ],
 )  # fmt: skip
 def test_a_parseable_but_damaged_record_is_named_with_what_is_wrong(tmp_path, damage, named):
@@ -182,16 +192,55 @@ def test_the_record_module_imports_neither_torch_nor_pandas():
     assert out.stdout.strip() == "[]"
 
 
-def test_a_steps_memory_comes_from_the_runs_warm_seed():
-    seeds = [gpu_seed(0, 250.0, [250.0]), gpu_seed(1, 205.0, [205.0])]
-    seeds[0] |= {"gpu_mem_before_step_bytes": 150 * MIB,
-                 "step_gpu_mem_bytes": 100 * MIB}  # fmt: skip
-    seeds[1] |= {"gpu_mem_before_step_bytes": 150 * MIB,
-                 "step_gpu_mem_bytes": 55 * MIB}  # fmt: skip
-    memory = record.combine(job(seeds))["memory"]
-    assert memory["seed"] == 1
-    assert memory["gpu_mem_before_step_bytes"] == 150 * MIB
-    assert memory["step_gpu_mem_bytes"] == 55 * MIB
+def test_a_steps_memory_is_counted_over_the_runs_warm_seeds():
+    seeds = [gpu_seed(0, 250.0, [250.0]), gpu_seed(1, 205.0, [205.0]), gpu_seed(2, 206.0, [206.0])]
+    for s, step in zip(seeds, (100, 55, 56), strict=True):
+        s |= {"gpu_mem_before_step_bytes": 150 * MIB, "step_gpu_mem_bytes": step * MIB}
+    result = record.combine(job(seeds))
+    assert record.value(result, "gpu_mem_before_step_bytes")[0] == 150 * MIB
+    assert record.value(result, "step_gpu_mem_bytes")[0] == pytest.approx(55.5 * MIB)
+
+
+def test_before_the_step_and_what_it_adds_come_from_one_gpu():
+    """Two GPUs: the first held more before the step, the second's steps added more. Taking
+    each largest apart (as version 3 did) could add up to more than any GPU's peak."""
+    outcome = {"status": "ok", "reason": None, "history": seed(0.5, 1.0)["history"],
+               "stopped_early_epoch": None, "diverged_epoch": None,
+               "resumed_from_epoch": None, "checkpoint_time_s": 0.0}  # fmt: skip
+    made = record.new_seed(
+        0, outcome, n_train=100, setup_s=0.1, fit_s=1.0,
+        peaks=[(200 * MIB, 300 * MIB), (190 * MIB, 300 * MIB)],
+        step_memory=[(150 * MIB, 40 * MIB, 0), (100 * MIB, 90 * MIB, 7 * MIB)],
+        energy=None, effective_precisions=["fp32"], fp8_linear_layers=0, parameters=10,
+        step={"mode": "cuda_graph"}, data={},
+    )  # fmt: skip
+    assert made["gpu_mem_before_step_bytes"] == 100 * MIB
+    assert made["step_gpu_mem_bytes"] == 90 * MIB
+    assert made["graph_pool_reserved_bytes"] == 7 * MIB
+
+
+def test_a_version_3_record_is_read_with_its_graph_steps_figures_dropped(tmp_path):
+    """Version 3 added CUDA graphs' pools into what a step adds: read now, a graph-replayed
+    seed's step figure is dropped and said so; an eager seed's (allocated only) is kept."""
+    metrics = copy.deepcopy(fake_metrics("a", spread=(0.9, 1.0)))
+    metrics["metrics_version"] = 3
+    metrics["memory"] = {"seed": 1}
+    for k, s in enumerate(metrics["seeds"]):
+        s.pop("graph_pool_reserved_bytes", None)
+        s |= {"gpu_mem_before_step_bytes": 48 * MIB, "step_gpu_mem_bytes": 158 * MIB}
+        s["step"] = {"mode": "eager" if k == 0 else "cuda_graph", "compiled": False,
+                     "eager_reason": None}  # fmt: skip
+    write_json(tmp_path / "metrics.json", metrics)
+    read = record.read(tmp_path / "metrics.json")
+    assert read["metrics_version"] == record.VERSION == versions.TO_VERSION
+    assert "memory" not in read
+    assert [s["step_gpu_mem_bytes"] for s in read["seeds"]] == [158 * MIB, None]
+    assert [s["graph_pool_reserved_bytes"] for s in read["seeds"]] == [None, None]
+    assert read["earlier_version"] == {
+        "metrics_version": 3,
+        "dropped": ["gpu_mem_before_step_bytes", "step_gpu_mem_bytes"],
+        "why": versions.V3_STEP_WHY,
+    }
 
 
 def test_a_diverged_seed_never_enters_a_mean():
@@ -238,3 +287,21 @@ def test_a_record_with_a_validation_split_is_valid_and_its_fields_are_checked():
         "data/n_validation: -1 is less than the minimum of 0",
         "seeds/0/history/0/val_accuracy: 1.5 is greater than the maximum of 1",
     ]
+
+
+def test_every_record_the_example_report_reads_keeps_the_step_under_the_peak():
+    """The memory invariant (record.bounds) in every seed of every record the example's page
+    was rendered from, read as the report reads them (version 3 upgraded): before the step plus
+    what it adds is at most the allocated peak, wherever all three were recorded."""
+    paths = sorted(ROOT.glob("docs/example-report/results/*/runs/*/*/metrics.json"))
+    assert len(paths) >= 50
+    checked = 0
+    for path in paths:
+        metrics = record.read(path)  # raises, naming the seed, where the invariant breaks
+        for s in metrics.get("seeds") or []:
+            mem = [s.get(k) for k in ("gpu_mem_before_step_bytes", "step_gpu_mem_bytes",
+                                      "peak_gpu_mem_allocated_bytes")]  # fmt: skip
+            if None not in mem:
+                assert mem[0] + mem[1] <= mem[2], (path, s["seed"])
+                checked += 1
+    assert checked >= 30  # the eager runs' seeds (a graph step's version-3 figure is dropped)

@@ -419,10 +419,11 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     row = summarize(metrics[1])  # runs.csv's row
     assert row["peak_gpu_mem_reserved_bytes"] == pytest.approx(600 * MIB)
     assert row["peak_gpu_mem_reserved_bytes_ci95"] == 0
-    # metrics.json says the same as runs.csv: seed 1's peak, 120 MiB below seed 0's.
-    memory = metrics[1]["memory"]
-    assert memory["peak_gpu_mem_allocated_bytes"] == pytest.approx(300 * MIB)
-    assert memory["seed"] == 1 and memory["first_seed_excess_bytes"] == pytest.approx(60 * MIB)
+    # metrics.json holds no second, one-seed figure beside runs.csv's; seed 0 peaked 60 MiB
+    # above the warm seeds' mean.
+    assert "memory" not in metrics[1]
+    excess = record.first_seed_excess(metrics[1]["seeds"], "peak_gpu_mem_allocated_bytes")
+    assert excess == pytest.approx(60 * MIB)
     assert "peak_gpu_mem_allocated_bytes" not in metrics[1]["summary"]
     warm = study.seed_values("graph", "peak_gpu_mem_allocated_bytes")
     assert warm == [pytest.approx(300 * MIB)] * 2
@@ -962,7 +963,7 @@ def test_a_damaged_metrics_file_is_named_with_how_to_rebuild_it(tmp_path):
         f"cut short or changed; rebuild that run: snakemake --forcerun {cut}"
     )
     cut.write_text("{}")
-    with pytest.raises(record.RecordError, match=r"version None, this pipeline reads 3; rebuild"):
+    with pytest.raises(record.RecordError, match=r"version None, this pipeline reads 4; rebuild"):
         read_all([cut])
 
 
@@ -1047,7 +1048,7 @@ def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_basel
     assert "time_to_target_s_ci95" in study.results_frame().columns
     # Without a target: none of it.
     plain = Study.from_metrics("parallelism", {}, metrics)
-    assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 16
+    assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 17
 
 
 def test_seeds_of_a_warm_process_are_each_seed_after_the_first_of_its_process():
@@ -1159,27 +1160,28 @@ def test_a_study_trained_again_on_another_machine_is_a_sitting_and_a_host_of_its
         ("vm", 2, "4 × NVIDIA H200"), ("vm", 2, "2 × NVIDIA H200")]  # fmt: skip
 
 
-def test_memory_compares_what_a_step_adds_beside_the_peak():
-    """The peak also counts what was resident before the first step (weights, the epoch's data
-    kept on the GPU): the batch sweep fits what a step adds, which grows with the batch."""
+def test_memory_compares_the_peak_with_what_a_step_adds_beside_it():
+    """One definition first, the course's: runs are compared, and a sweep fitted, on the peak
+    allocated GPU memory; what a step adds (ours) is shown beside it, never in its place."""
     metrics = []
     for batch, step_mib in ((16, 20.0), (32, 40.0), (64, 80.0)):
         m = fake_metrics(f"b{batch}", study="batch_size", batch_size=batch, spread=(1.0, 1.0))
         for seed in m["seeds"]:
             seed["gpu_mem_before_step_bytes"] = int(200 * MIB)
             seed["step_gpu_mem_bytes"] = int(step_mib * MIB)
+            seed["peak_gpu_mem_allocated_bytes"] = int((210 + step_mib) * MIB)
         metrics.append(m | record.combine(m))
     study = Study.from_metrics("batch_size", {}, metrics)
-    assert study.memory == (
-        "step_gpu_mem_bytes",
-        "GPU memory a step adds (max GPU)",
-    )
+    assert study.memory == ("peak_gpu_mem_allocated_bytes", "peak GPU memory (max over GPUs)")
+    assert study.step_memory
     table = study.results_table()
     row = dict(zip(table["columns"], table["rows"][2]["cells"], strict=True))
-    assert row["GPU mem. a step adds, max GPU (MiB)"] == "80.0"
-    assert row["Peak GPU mem., max GPU (MiB)"] == "300.0"
+    assert row["GPU mem. a step adds, allocated (MiB)"] == "80.0"
+    assert row["Peak GPU mem., max GPU (MiB)"] == "290.0"
+    key = [c for c, _ in study.key_columns]
+    assert key[2:] == ["peak_gpu_mem_allocated_bytes", "step_gpu_mem_bytes"]
     (fit,) = [line for line in observations.sweep(study) if "per unit of batch_size" in line]
-    assert fit.startswith("GPU memory a step adds vs batch_size: grows linearly, 1.250 MiB")
+    assert fit.startswith("peak GPU memory vs batch_size: grows linearly, 1.250 MiB"), fit
     assert "R² = 1.000" in fit
 
 

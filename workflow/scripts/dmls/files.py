@@ -139,15 +139,22 @@ def schema_validator(schema_path: Path) -> Any:
 
 
 def read_checked(
-    path: Path, problems: Callable[[Any], list[str]], error: type[Exception], rebuild: str
+    path: Path,
+    problems: Callable[[Any], list[str]],
+    error: type[Exception],
+    rebuild: str,
+    upgrade: Callable[[Any], Any] | None = None,
 ) -> Any:
     """A JSON file that `problems` finds nothing wrong with; `error` otherwise, naming the file,
-    what is wrong (the first three problems) and `rebuild`, the command that writes it again.
+    what is wrong (the first three problems) and `rebuild`, the command that writes it again;
+    `upgrade` first reads a file of an earlier version as the current one.
     The one way a record (dmls/record.py, dmls/summary.py) is read."""
     try:
         value = read_json(path)
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise error(f"{path} is not valid JSON ({e}): cut short or changed; {rebuild}") from e
+    if upgrade is not None:
+        value = upgrade(value)
     if found := problems(value):
         more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
         raise error(f"{path}: {'; '.join(found[:3])}{more}; {rebuild}")

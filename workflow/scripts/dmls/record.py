@@ -12,10 +12,10 @@ than combining seeds itself:
 
 - a mean over the seeds with its 95% Student-t interval (`summary`, dmls/stats.py), for what
   varies from seed to seed: losses, accuracies, times, throughput, energy;
-- peak GPU memory: one seed's, the lowest peak (`warm_peak`), with no interval. Memory has no
-  seed noise: it depends on the process a seed trains in. The first seed of a process pays
-  cuDNN's autotuning (graph and compiled steps), the later ones reuse its plans, so a mean over
-  seeds would mix the two and the largest seed would compare autotuning, not the technique;
+- GPU memory (the course's peak allocated bytes; ours beside it: what a step adds, graphs'
+  pools): a mean over a warm process's seeds with its interval (`value`). A process's first
+  seed pays cuDNN's autotuning (graph and compiled steps), so a mean over every seed would
+  compare autotuning, not the technique; `first_seed_excess` says by how much it peaked higher;
 - times and energy to a target accuracy from the seeds of a warm process (`timed_seeds`): the
   first seed of a process also pays the process's one-time warm-up in its first epoch.
 
@@ -33,13 +33,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dmls import stats
+from dmls import stats, versions
 from dmls.files import read_checked, schema_validator, write_checked
 
 if TYPE_CHECKING:
     from dmls.config.spec import RunSpec
 
-VERSION = 3
+VERSION = 4
 SCHEMA_PATH = Path(__file__).with_name("metrics.schema.json")
 # The statuses of a run that trained (with seeds and numbers); the others carry a reason only.
 RAN = ("ok", "diverged")
@@ -53,11 +53,11 @@ TIMING_METRICS = ("train_time_s", "first_epoch_s", "steady_epoch_s", "samples_pe
 # The GPUs' joules (training/energy.py), where measured.
 ENERGY_METRICS = ("train_energy_j", "eval_energy_j", "steady_epoch_energy_j")
 SUMMARY_METRICS = (*FINAL_METRICS, *TIMING_METRICS, *ENERGY_METRICS)
-# GPU memory, from one seed (`warm_peak`), not a mean: the peak, what a training step adds above
-# what the GPUs held as it began (the memory that grows with the batch), and that.
+# GPU memory, counted over a warm process's seeds (`counted_seeds`): the peaks, what a training
+# step adds above what its GPU held as it began and that, and CUDA graphs' reserved pools.
 MEMORY_METRICS = (
     "peak_gpu_mem_allocated_bytes", "peak_gpu_mem_reserved_bytes",
-    "gpu_mem_before_step_bytes", "step_gpu_mem_bytes",
+    "gpu_mem_before_step_bytes", "step_gpu_mem_bytes", "graph_pool_reserved_bytes",
 )  # fmt: skip
 SEED_METRICS = (*SUMMARY_METRICS, *MEMORY_METRICS)
 # A seed's history, one row per epoch (history.csv adds the seed); val_* only in runs with a
@@ -91,11 +91,19 @@ def problems(record: Any) -> list[str]:
     return found or bounds(record)
 
 
+def step_memory_problem(seed: dict[str, Any]) -> str | None:
+    """One GPU's allocated bytes before the step and what the step added: at most its peak."""
+    held, added, peak = (seed.get(m) for m in (*MEMORY_METRICS[2:4], MEMORY_METRICS[0]))
+    if None in (held, added, peak) or held + added <= peak:
+        return None
+    return f"step_gpu_mem_bytes: {added} added to the {held} held before the step exceed the allocated peak, {peak}"  # noqa: E501  # fmt: skip
+
+
 def bounds(record: dict[str, Any]) -> list[str]:
     """What a schema can't say of a valid record, each naming its key and value: no more seeds
-    than the spec asks for, nor epochs; no more finished seeds than seeds (or, without seeds,
-    than the spec asks for); no mean, and no epoch of the mean history, over more seeds than
-    finished."""
+    than the spec asks for, nor epochs; a step's memory under its peak; no more finished seeds
+    than seeds (or, without seeds, than the spec asks for); no mean, and no epoch of the mean
+    history, over more seeds than finished."""
     spec, seeds = record["spec"], record.get("seeds")
     asked, epochs = spec.get("seeds"), spec.get("epochs")
     found = []
@@ -106,6 +114,8 @@ def bounds(record: dict[str, Any]) -> list[str]:
             found.append(
                 f"seeds/{k}/final/epochs_completed: {done}, but the spec asks for {epochs}"
             )
+        if problem := step_memory_problem(seed):
+            found.append(f"seeds/{k}/{problem}")
     if (summary := record.get("summary")) is None:
         return found
     n_finished = summary["n_finished"]
@@ -133,9 +143,10 @@ def rebuild_hint(path: Path) -> str:
 
 
 def read(path: Path) -> dict[str, Any]:
-    """One run's metrics.json, checked against the schema; RecordError names the file, what is
-    wrong (the first three problems) and the command that writes it again."""
-    return read_checked(path, problems, RecordError, rebuild_hint(path))
+    """One run's metrics.json (an earlier version's read as this one: dmls/versions.py), checked
+    against the schema; RecordError names the file, what is wrong (the first three problems) and
+    the command that writes it again."""
+    return read_checked(path, problems, RecordError, rebuild_hint(path), versions.metrics_v3_as_v4)
 
 
 def write(path: Path, record: dict[str, Any]) -> None:
@@ -171,6 +182,14 @@ def throughput(n_train: int, epochs: Mapping[str, float | None]) -> float | None
     return n_train / seconds if seconds else None
 
 
+def _step_memory(step_memory: Sequence[tuple[int, int, int]]) -> dict[str, int | None]:
+    """What a step adds and what its GPU held as it began, of the GPU whose steps added most (so
+    at most its peak together); CUDA graphs' pools apart, the most on any GPU."""
+    held, added, _ = max(step_memory, key=lambda memory: memory[1], default=(None,) * 3)
+    pool = max((pool for *_, pool in step_memory), default=None)
+    return dict(zip(MEMORY_METRICS[2:], (held, added, pool), strict=True))
+
+
 def new_seed(
     seed: int,
     outcome: Mapping[str, Any],
@@ -179,7 +198,7 @@ def new_seed(
     setup_s: float,
     fit_s: float,
     peaks: Sequence[tuple[int, int]],
-    step_memory: Sequence[tuple[int, int]],
+    step_memory: Sequence[tuple[int, int, int]],
     energy: dict[str, Any] | None,
     effective_precisions: Sequence[str],
     fp8_linear_layers: int,
@@ -191,7 +210,8 @@ def new_seed(
     """One seed's record from `Trainer.fit`'s outcome (its status, reason, history, the epochs
     it stopped early or diverged at, resumed from, spent checkpointing) and what the rank
     measured: `peaks` every GPU's (allocated, reserved) peak during the seed, `step_memory`
-    every GPU's (bytes held as the first step began, the steady steps' peak above them).
+    every GPU's (bytes allocated as the first step began, the steady steps' allocated peak
+    above them, CUDA graphs' pools reserved but not allocated).
     The final numbers are the last epoch's, unless early stopping went back to the weights of
     the epoch with the lowest validation loss (the outcome's `restored_best`): then that
     epoch's training numbers and its weights' test numbers, measured again."""
@@ -234,10 +254,7 @@ def new_seed(
         "peak_gpu_mem_allocated_bytes": max((a for a, _ in peaks), default=None),
         "peak_gpu_mem_reserved_bytes": max((r for _, r in peaks), default=None),
         "peak_gpu_mem_allocated_per_gpu_bytes": [a for a, _ in peaks],
-        # What a step adds above what the GPUs held as it began, and that (StepMemory): the
-        # largest over the GPUs.
-        "gpu_mem_before_step_bytes": max((held for held, _ in step_memory), default=None),
-        "step_gpu_mem_bytes": max((rise for _, rise in step_memory), default=None),
+        **_step_memory(step_memory),
         # Joules of the GPU boards, all ranks together (training/energy.py); None unmeasured.
         "energy": energy,
         "effective_precision": "/".join(sorted(set(effective_precisions))),
@@ -416,24 +433,6 @@ def summary(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def warm_peak(seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    """A run's peak GPU memory: the seed with the lowest allocated peak (a warm process's) and
-    its peaks, each GPU's too, so that the run's largest and per-GPU numbers come from the same
-    seed; and how far the first seed of a process peaked above the warm seeds
-    (`first_seed_excess`)."""
-    metric = MEMORY_METRICS[0]
-    measured = [k for k, s in enumerate(seeds) if s.get(metric) is not None]
-    best = min(measured, key=lambda k: seeds[k][metric], default=None)
-    chosen = seeds[best] if best is not None else {}
-    excess = first_seed_excess(seeds, metric)
-    return {
-        "seed": None if best is None else chosen["seed"],
-        **{m: chosen.get(m) for m in MEMORY_METRICS},
-        "peak_gpu_mem_allocated_per_gpu_bytes": chosen.get("peak_gpu_mem_allocated_per_gpu_bytes"),
-        "first_seed_excess_bytes": None if excess is None else round(excess),
-    }
-
-
 def mean_history(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per epoch, the mean over the finished seeds that reached it (early stopping ends seeds
     at different epochs; `n_seeds` says how many) and the 95% half-width of the losses and
@@ -463,7 +462,8 @@ def combine(job: dict[str, Any]) -> dict[str, Any]:
     """The one place a job's seeds are combined: how the run ended (diverged when a seed did,
     and which), the seconds its fresh seeds took, the precisions its layers really ran, what
     every seed shares (the step, the data, the model's size), and the run's numbers: `summary`
-    (means and intervals), `memory` (the warm peak), the mean `final` and the mean `history`.
+    (means and intervals; GPU memory is counted from the seeds, `value`), the mean `final` and
+    the mean `history`.
     A seed kept from an earlier attempt trained in another process: its seconds are not this
     job's."""
     seeds = job["seeds"]
@@ -499,7 +499,6 @@ def combine(job: dict[str, Any]) -> dict[str, Any]:
             "step": first["step"],
             "data": first["data"],
             "summary": means,
-            "memory": warm_peak(seeds),
             "final": final,
             "history": mean_history(seeds),
         }
@@ -592,6 +591,10 @@ def value(record: dict[str, Any], metric: str) -> tuple[float | None, float | No
     return estimate.get("mean"), estimate.get("ci95")
 
 
-def per_gpu_peaks(record: dict[str, Any]) -> list[int] | None:
-    """Each GPU's peak allocated bytes in the seed `warm_peak` chose."""
-    return record["memory"]["peak_gpu_mem_allocated_per_gpu_bytes"]
+def per_gpu_peaks(record: dict[str, Any]) -> list[float] | None:
+    """Each GPU's peak allocated bytes, counted as `value` counts memory (None: not per GPU)."""
+    seeds = [record["seeds"][k] for k in counted_seeds(record, MEMORY_METRICS[0])]
+    per_gpu = [seed.get("peak_gpu_mem_allocated_per_gpu_bytes") for seed in seeds]
+    if not per_gpu or any(not p or len(p) != len(per_gpu[0]) for p in per_gpu):
+        return None
+    return [statistics.fmean(gpu) for gpu in zip(*per_gpu, strict=True)]

@@ -110,6 +110,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "peak_host_rss_bytes": mib,
     "peak_gpu_mem_allocated_bytes": mib,
     "step_gpu_mem_bytes": mib,
+    "graph_pool_reserved_bytes": mib,
     "time_to_target_s": epoch_seconds,
     "epochs_to_target": fixed(".1f"),
     "seeds_to_target": str,

@@ -123,8 +123,8 @@ def first_seeds(runs: Sequence[tuple[Study, str]], metric: str, spec: Metric) ->
 
 
 def resolve(study: Study, metric: str) -> str:
-    """The column of `metric`; "memory" is the memory the study compares (Study.memory: what a
-    step adds on GPUs, host RSS on CPUs)."""
+    """The column of `metric`; "memory" is the memory the study compares (Study.memory: the
+    peak allocated GPU memory on GPUs, host RSS on CPUs)."""
     if metric != "memory":
         return metric
     if study.memory is None:

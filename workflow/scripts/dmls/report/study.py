@@ -55,7 +55,8 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("steady_epoch_s", "Steady epoch (s)"),
     ("samples_per_s", "Samples/s (steady epoch)"),
     ("peak_gpu_mem_allocated_bytes", "Peak GPU mem., max GPU (MiB)"),
-    ("step_gpu_mem_bytes", "GPU mem. a step adds, max GPU (MiB)"),
+    ("step_gpu_mem_bytes", "GPU mem. a step adds, allocated (MiB)"),
+    ("graph_pool_reserved_bytes", "CUDA-graph pools, reserved (MiB)"),
     ("gpu_mem_per_gpu", "Peak GPU mem. per GPU (MiB)"),
     ("peak_host_rss_bytes", "Peak RSS, max rank (MiB)"),
 ]
@@ -182,19 +183,22 @@ class Study:
 
     @property
     def memory(self) -> tuple[str, str] | None:
-        """The memory this study can compare, as (column, description): on GPUs, what a step
-        adds above what the GPUs held before the first step (where every finished run recorded
-        it; else the peak), on CPUs host RSS; None when no run finished."""
+        """The memory this study compares, as (column, description): on GPUs the course's, the
+        peak allocated bytes per GPU (the largest GPU's); on CPUs host RSS; None when no run
+        finished. What a step adds (`step_memory`) is ours, shown beside it, never in its
+        place."""
         if self.ok.empty:
             return None
-        step = self.ok.get("step_gpu_mem_bytes")
-        if step is not None and step.notna().all():
-            # What grows with the batch and the precision: the peak counts the data kept on the
-            # GPU and the data pipeline's work between steps too.
-            return "step_gpu_mem_bytes", "GPU memory a step adds (max GPU)"
         if self.ok["peak_gpu_mem_allocated_bytes"].notna().all():
             return "peak_gpu_mem_allocated_bytes", "peak GPU memory (max over GPUs)"
         return "peak_host_rss_bytes", "peak host RSS (max over ranks)"
+
+    @property
+    def step_memory(self) -> bool:
+        """Whether every finished run recorded what a step adds (allocated bytes above what
+        its GPU held as the first step began: training/results.py StepMemory)."""
+        step = self.ok.get("step_gpu_mem_bytes")
+        return step is not None and not self.ok.empty and bool(step.notna().all())
 
     @property
     def isolation(self) -> set[str]:
@@ -277,8 +281,11 @@ class Study:
         columns = ["test_accuracy", "samples_per_s"]
         if self.memory is not None:
             columns.append(self.memory[0])
-            if self.memory[0] == "step_gpu_mem_bytes":  # and the peak it sits on, same seed
-                columns.append("peak_gpu_mem_allocated_bytes")
+            if self.step_memory:  # and, ours, the part of that peak a step adds
+                columns.append("step_gpu_mem_bytes")
+            pools = self.ok.get("graph_pool_reserved_bytes")
+            if pools is not None and (pools > 0).any():  # where replayed steps' activations live
+                columns.append("graph_pool_reserved_bytes")
         return [(c, headers[c]) for c in columns]
 
     def key_table(self) -> dict[str, Any]:
@@ -458,8 +465,8 @@ def _to_target(metrics: dict[str, Any], target: float) -> dict[str, Any]:
 
 
 def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
-    """Peak allocated memory of every GPU, rank by rank, e.g. '312.1 / 313.8', in the seed the
-    run's peak comes from (record.warm_peak)."""
+    """Peak allocated memory of every GPU, rank by rank, e.g. '312.1 / 313.8', each the mean
+    over the seeds the run's peak is counted over (record.per_gpu_peaks)."""
     if metrics["status"] != OK:
         return None
     return " / ".join(cells.mib(b) for b in record.per_gpu_peaks(metrics) or []) or None

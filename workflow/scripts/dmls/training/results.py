@@ -73,14 +73,17 @@ def graph_pool_free_bytes(gpus: list[int]) -> dict[int, int]:
 
 
 class StepMemory:
-    """What training holds and uses on each of this rank's GPUs above what was resident before
-    it: over the steady steps of the first epoch the trainer runs (its second half), the most
-    the allocated bytes reached during a step, less what was allocated as the first step began
-    (the weights and the data kept on the GPU), plus what CUDA graphs' pools hold reserved for
-    their replays (`graph_pool_free_bytes`). In it is what grows with the batch (activations,
-    gradients) and what training keeps from its first step on (the optimizer's state, cuDNN's
-    and cuBLAS's workspaces). Left out are the first steps' one-time transients (the first
-    step's trial workspaces, a graph's warm-up and capture).
+    """What a training step adds on each of this rank's GPUs, in allocated bytes only (the
+    course's kind of memory): over the steady steps of the first epoch the trainer runs (its
+    second half), the most the allocated bytes reached during a step, less what was allocated
+    as the first step began (the weights and the data kept on the GPU). In it is what grows with
+    the batch (activations, gradients) and what training keeps from its first step on (the
+    optimizer's state, cuDNN's and cuBLAS's workspaces). Left out are the first steps' one-time
+    transients (the first step's trial workspaces, a graph's warm-up and capture). So before the
+    step plus what it adds is at most the seed's allocated peak, on every GPU.
+    Named apart, not added: the bytes CUDA graphs' private pools hold reserved for their
+    replays (`graph_pool_free_bytes`, at the first epoch's end): a replayed step's activations
+    live there and are never counted as allocated.
     The seed's peaks stay whole: the peak before each reset is kept (`seed_peaks`)."""
 
     def __init__(self, gpu_indices: list[int], steps: int) -> None:
@@ -91,6 +94,7 @@ class StepMemory:
         self.folded = dict.fromkeys(gpu_indices, (0, 0))  # the peaks before the last reset
         self.before: dict[int, int] = {}  # GPU -> allocated as the first step began
         self.largest: dict[int, int] = {}  # GPU -> the steady steps' peak above `before`
+        self.pool: dict[int, int] = {}  # GPU -> CUDA graphs' pools, reserved not allocated
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -112,10 +116,8 @@ class StepMemory:
     def epoch_end(self) -> None:
         if self.measuring and self.largest:
             # A captured step replays in its graph's private pool: the blocks its activations
-            # were freed into during the capture stay reserved for the replays, and are not
-            # counted as allocated.
-            for i, free in graph_pool_free_bytes(self.gpus).items():
-                self.largest[i] += free
+            # were freed into during the capture stay reserved for the replays.
+            self.pool = graph_pool_free_bytes(self.gpus)
         self.measuring = False
 
     def _fold(self) -> None:
@@ -128,9 +130,10 @@ class StepMemory:
         now = gpu_peaks(self.gpus)
         return {i: tuple(map(max, now[i], self.folded[i])) for i in self.gpus}
 
-    def record(self) -> dict[int, tuple[int, int]]:
-        """Per GPU: (bytes held as the first step began, the steady steps' peak above them)."""
-        return {i: (self.before[i], self.largest[i]) for i in self.largest}
+    def record(self) -> dict[int, tuple[int, int, int]]:
+        """Per GPU: (bytes allocated as the first step began, the steady steps' allocated peak
+        above them, the bytes CUDA graphs' pools held reserved but not allocated)."""
+        return {i: (self.before[i], self.largest[i], self.pool.get(i, 0)) for i in self.largest}
 
 
 def seed_result(
@@ -144,7 +147,7 @@ def seed_result(
     fp8_linear_layers: int,
     step: dict[str, Any],
     peaks: list[dict[int, tuple[int, int]]],
-    step_memory: list[dict[int, tuple[int, int]]] | None = None,
+    step_memory: list[dict[int, tuple[int, int, int]]] | None = None,
     parameters: int | None = None,
     energy_period_s: float | None = None,
     layers: list[dict[str, Any]] | None = None,
