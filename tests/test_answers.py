@@ -89,8 +89,8 @@ def test_seeds_that_agree_exactly_print_no_range_and_the_rule_decides_the_verdic
                          "(64 vs 32: 0.5× the optimizer steps per epoch); no spread in the seeds "
                          "compared), faster."), text  # fmt: skip
     [text] = answers.study_answer(A1, pair(1000.0))
-    assert text.endswith("no spread in the seeds compared), identical in every seed "
-                         "compared."), text  # fmt: skip
+    # Seed by seed the same (stats.paired): said in words, never as an interval.
+    assert text.endswith("the same in every seed), identical in every seed compared."), text
 
 
 def test_what_every_pair_of_a_sentence_also_differs_in_is_said_once_for_the_sentence():
@@ -487,7 +487,7 @@ def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():
     # Asleep or not, the same speed: the spinning threads are not the cause.
     same = [*runs[:2], run("n1xp2_passive", 2, 16_000.0, 25, omp_wait_policy="passive")]
     case, facts = answers.one_host_cause(Study.from_metrics("cluster_torchrun", {}, same), sweep)
-    assert case == "other" and facts["passive"].verdict == "within seed noise"
+    assert case == "other" and facts["passive"].verdict == "identical in every seed compared"
     # Without the ablation or the sweep, each part says why it is missing.
     case, facts = answers.one_host_cause(Study.from_metrics("cluster_torchrun", {}, runs[:2]), None)
     assert case == "other"

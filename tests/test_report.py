@@ -340,7 +340,8 @@ def test_comparisons_are_made_over_the_seeds_and_say_when_they_are_within_noise(
         "samples/s over the steady epochs 1,010 vs 1,000 (geometric "
         "means): 1.01× (95% interval 0.99–1.03×), within seed noise; test accuracy 70.00% vs "
         "80.00%, −10.0 points (95% interval −11.7 to −8.3), less accurate; peak GPU memory (max "
-        "over GPUs) 301.5 vs 301.5 MiB, 1.00× (95% interval 0.97–1.03×), within seed noise.",
+        "over GPUs) 301.5 vs 301.5 MiB, 1.00× (the same in every seed), identical in every seed "
+        "compared.",
     ]
     assert observations.scaling(study) == [
         "ddp_2gpu (2 workers): speed-up over single_gpu (1 worker) 1.62× (95% interval "

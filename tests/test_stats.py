@@ -5,6 +5,7 @@ import math
 import pytest
 from scipy import stats as scipy_stats
 
+from dmls import stats
 from dmls.stats import difference, mean_interval, ratio
 
 
@@ -63,3 +64,20 @@ def test_ratio_is_the_interval_of_the_log_difference_exponentiated():
 def test_sides_that_repeat_one_value_exactly_give_a_zero_width_interval():
     d = difference([0.5, 0.5], [0.25, 0.25])
     assert (d.value, d.low, d.high) == (0.25, 0.25, 0.25) and d.within_noise is False
+
+
+def test_two_runs_the_same_in_every_seed_are_identical_whatever_their_spread():
+    """B2/B3's accuracy: each seed gave both runs the same value, the seeds differed; Welch's
+    interval over the two sides read "0.0 points (−0.2 to +0.2), within seed noise"."""
+    a = {0: 0.80, 1: 0.83, 2: 0.78}
+    unpaired = stats.difference(list(a.values()), list(a.values()))
+    assert unpaired.low < 0 < unpaired.high and not unpaired.identical
+    same = stats.paired(stats.difference, a, dict(a))
+    assert same.identical and (same.value, same.low, same.high) == (0.0, 0.0, 0.0)
+    assert stats.verdict(same, "more", "less") == "identical in every seed compared"
+    ratio = stats.paired(stats.ratio, a, dict(a))
+    assert ratio.identical and ratio.value == 1.0
+    # Not paired: other seeds, one seed, or one seed's values apart by a bit.
+    assert not stats.paired(stats.difference, a, {3: 0.80, 4: 0.83, 5: 0.78}).identical
+    assert stats.paired(stats.difference, {0: 0.8}, {0: 0.8}).has_interval is False
+    assert not stats.paired(stats.difference, a, a | {2: 0.78 + 1e-12}).identical

@@ -13,7 +13,7 @@ positive side where a ratio of arithmetic means with a delta-method interval nee
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -201,6 +201,25 @@ def ratio(
         len(y),
         1.0,
     )
+
+
+def paired(
+    how: Callable[..., Comparison | None],
+    a: Mapping[Hashable, float],
+    b: Mapping[Hashable, float],
+    confidence: float = CONFIDENCE,
+) -> Comparison | None:
+    """`how` (`difference` or `ratio`) of two runs' values keyed by seed, under the paired rule:
+    where both were measured on the same seeds (at least two) and each seed gave both runs the
+    same value, the difference of every pair is zero, so the comparison sits at its null with
+    an interval of zero width there (`Comparison.identical`), whatever each side's spread
+    (Welch's interval over the two sides would read seed noise into two identical runs);
+    otherwise `how` over the values."""
+    same = len(a) >= 2 and a.keys() == b.keys() and all(a[k] == b[k] for k in a)
+    result = how(list(a.values()), list(b.values()), confidence)
+    if not same or result is None:
+        return result
+    return Comparison(result.null, result.null, result.null, len(a), len(b), result.null)
 
 
 @dataclass(frozen=True)

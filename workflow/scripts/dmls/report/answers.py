@@ -216,7 +216,7 @@ def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[
     }
     if lost <= 0:
         return "faster", facts
-    return ("spin" if facts["passive"].verdict == METRICS["samples_per_s"].more else "other"), facts
+    return ("spin" if facts["passive"].finding == stats.MORE else "other"), facts
 
 
 def _step_ms(study: Study, run: str) -> float:

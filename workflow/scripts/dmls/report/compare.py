@@ -143,7 +143,7 @@ def _against(study: Study, run: str, ref: Study) -> list[str]:
         return ["", ""]
     out = []
     for metric, how in (("samples_per_s", stats.ratio), ("test_accuracy", stats.difference)):
-        comparison = how(study.seed_values(run, metric), ref.seed_values(run, metric))
+        comparison = stats.paired(how, study.by_seed(run, metric), ref.by_seed(run, metric))
         if comparison is None:
             out.append("")
             continue

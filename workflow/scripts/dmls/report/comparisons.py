@@ -72,6 +72,14 @@ class Compared:
     # The figure as the Answers list gives it: the value with its interval (or why there is
     # none) and `also`, without the means and the seeds they are over (its section says them).
     brief: str = ""
+    # The numbers the words render (None where not measured): a case is chosen on
+    # stats.finding of these, never on the verdict's words.
+    result: stats.Comparison | None = None
+
+    @property
+    def finding(self) -> str | None:
+        """stats.finding of `result` (MORE, LESS, NO_EFFECT, TOO_FEW); None not measured."""
+        return None if self.result is None else stats.finding(self.result)
 
     def __str__(self) -> str:
         return f"{self.figure}, {self.verdict}" if self.verdict else self.figure
@@ -185,19 +193,20 @@ def compare(
     also = f"; the two also differ in {extra}" if extra else ""
     also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
     unit = noise_unit(metric)
+    pairs = a_study.by_seed(run, metric), b_study.by_seed(b_run, metric)
     if spec.kind == "ratio":
-        result = stats.ratio(a, b)
+        result = stats.paired(stats.ratio, *pairs)
         phrase = Ratio.of(result, means + also, unit)
         figure, interval = phrase.figure, phrase.interval
         value, verdict = phrase.value, phrase.judge(spec.more, spec.less)
     else:
-        result = stats.difference(a, b)
+        result = stats.paired(stats.difference, *pairs)
         value, interval = points_strings(result)
         figure = f"{value} ({inside(result, interval, means, unit)}{also})"
         verdict = stats.verdict(result, spec.more, spec.less, unit)
     brief = "; ".join(filter(None, (seeds, no_range(result, unit) or interval)))
     return Compared(
-        minus(figure), verdict, spec.label, minus(also), minus(f"{value} ({brief}{also})")
+        minus(figure), verdict, spec.label, minus(also), minus(f"{value} ({brief}{also})"), result
     )
 
 

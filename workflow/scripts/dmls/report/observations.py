@@ -535,8 +535,9 @@ def _compare(
     how: Callable[..., stats.Comparison | None], study: Study, run: str, reference: str, metric: str
 ) -> stats.Comparison:
     """`run` against `reference` over their seeds' values of `metric` (stats.ratio or
-    stats.difference); both finished, so both have values."""
-    return how(study.seed_values(run, metric), study.seed_values(reference, metric))
+    stats.difference, seed by seed where they match: stats.paired); both finished, so both
+    have values."""
+    return stats.paired(how, study.by_seed(run, metric), study.by_seed(reference, metric))
 
 
 def _efficiency(speedup: stats.Comparison, ideal: float) -> str:

@@ -9,6 +9,7 @@ seeds, and by how much a process's first seed, left out, measured more. The sent
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,12 @@ class RunNumbers:
         """The finite values of `metric` over the seeds it counts (those `rule`'s metric counts,
         where given)."""
         return record.counted_values(self.record, metric, rule)
+
+    def by_seed(self, metric: str, rule: str | None = None) -> dict[int, float]:
+        """`values`, keyed by the seed each was measured in (stats.paired pairs them)."""
+        seeds = (self.record["seeds"][k] for k in self.counted(rule or metric))
+        found = ((seed["seed"], record.seed_value(seed, metric)) for seed in seeds)
+        return {k: float(v) for k, v in found if v is not None and math.isfinite(float(v))}
 
     def estimate(self, metric: str) -> stats.Estimate | None:
         """The mean of `values` and its 95% interval (None without a value)."""

@@ -317,6 +317,16 @@ class Study:
         ]
         return {"columns": columns, "rows": rows}
 
+    def by_seed(self, run: str, metric: str) -> dict[Any, float]:
+        """`seed_values`, keyed by seed (a run's one value, where the seeds don't record it,
+        by "job"): what stats.paired pairs."""
+        if metric == WARM_ENERGY:
+            return self.numbers[run].by_seed("train_energy_j", record.TO_TARGET)
+        if metric not in record.SEED_METRICS:
+            values = self.seed_values(run, metric)
+            return {"job": values[0]} if values else {}
+        return self.numbers[run].by_seed(metric)
+
     def seed_values(self, run: str, metric: str) -> list[float]:
         """`run`'s values of `metric` over the seeds it counts (record.counted_seeds, the one
         rule: the finished seeds, a warm process's for GPU memory), what its mean, interval

@@ -18,6 +18,8 @@ def no_range(comparison: stats.Comparison, unit: str = "seed") -> str | None:
     values the same to the last digit (an interval of zero width); None where it has a range."""
     if not comparison.has_interval:
         return f"one {unit} on a side, no interval"
+    if comparison.identical:
+        return f"the same in every {unit}"
     if comparison.low == comparison.high:
         return f"no spread in the {unit}s compared"
     return None
