@@ -48,7 +48,8 @@ def test_aggregate_sums_modules_of_a_kind_then_averages_repeats():
     def m(repeat, label, t):
         metrics = dict.fromkeys(profiler.METRICS, 0.0) | {"cpu_time_total_us": t}
         return {"device": "cpu", "activation": "relu", "repeat": repeat, "label": label,
-                "kind": "Linear", "calls": 10, **metrics}  # fmt: skip
+                "kind": "Linear", "calls": 10, "position": 0, "started_s": float(repeat),
+                **metrics}  # fmt: skip
 
     per_repeat = profiler._per_repeat(
         [m(0, "a", 1000.0), m(0, "b", 2000.0), m(1, "a", 3000.0), m(1, "b", 4000.0)]
@@ -73,9 +74,11 @@ def test_verdicts_name_the_largest_mean_and_its_ratio_to_the_next():
         ("relu", "Activation"): [1.0, 1.1, 0.9], ("gelu", "Activation"): [4.0, 4.4, 3.9],
         ("gelu", "Linear"): [10.0, 10.5, 9.8], ("gelu", "BatchNorm"): [5.0, 5.1, 5.3],
     }  # fmt: skip
+    modules = {"Linear": 2, "BatchNorm": 1, "Activation": 1}
     rows = [
         {"device": "cpu", "activation": a, "repeat": i, "kind": k, "cpu_time_ms": t,
-         "cpu_memory_kib": {"Linear": 52.0, "BatchNorm": 32.0, "Activation": 32.0}[k]}
+         "cpu_memory_kib": {"Linear": 52.0, "BatchNorm": 32.0, "Activation": 32.0}[k],
+         "modules": modules[k], "started_s": 10.0 * i + (a == "gelu")}
         for (a, k), ts in times.items()
         for i, t in enumerate(ts)
     ]  # fmt: skip
@@ -97,6 +100,47 @@ def test_verdicts_name_the_largest_mean_and_its_ratio_to_the_next():
     assert act["value"] == pytest.approx(gmean_ratio(times["gelu", "Activation"],
                                                      times["relu", "Activation"]))  # fmt: skip
     assert act["vs_relu"]["gelu"]["value"] == pytest.approx(act["value"])
+    # Per module, the two Linear modules' time is halved: 5.0 ms against BatchNorm's 5.2.
+    per_layer = cpu["time_per_layer"]
+    assert per_layer["modules"] == modules
+    assert (per_layer["costliest"], per_layer["second"]) == ("BatchNorm", "Linear")
+    # Each activation against its own pass's BatchNorm, repeat by repeat.
+    ratios = [a / b for a, b in zip(times["gelu", "Activation"], times["gelu", "BatchNorm"],
+                                    strict=True)]  # fmt: skip
+    assert act["vs_batchnorm"]["gelu"]["value"] == pytest.approx(
+        math.exp(statistics.fmean(map(math.log, ratios)))
+    )
+    # The control: the identical BatchNorm in gelu's model against relu's.
+    assert act["control"]["reference"] == "relu"
+    assert act["control"]["gelu"]["value"] == pytest.approx(
+        gmean_ratio(times["gelu", "BatchNorm"], times["relu", "BatchNorm"])
+    )
+    drift = cpu["drift"]
+    assert drift["passes"] == 6 and drift["seconds"] == 21.0
+    assert drift["low"] < drift["over_study"] < drift["high"]
+
+
+def test_each_repeat_measures_every_activation_once_in_an_order_drawn_afresh(tmp_path, tabular_dir):
+    """B4 once profiled each activation's model in a block of its own, one after another: the
+    identical BatchNorm took 1.82x longer in the ReLU block than in the sigmoid block (the
+    example's CPU), and that drift read as an effect of the activation."""
+    activations = ["relu", "tanh", "sigmoid", "gelu"]
+    orders = profiler.turns(activations, 8, seed=0)
+    assert all(sorted(order) == sorted(activations) for order in orders)
+    assert len({tuple(order) for order in orders}) > 1  # not one fixed order
+    assert orders == profiler.turns(activations, 8, seed=0)  # seeded: a rerun takes the same
+    cfg = {"batches": 2, "batch_size": 8, "warmup_batches": 1, "repeats": 3,
+           "activations": activations, "hidden": HIDDEN, "seed": 0}  # fmt: skip
+    profiler.run(cfg, tmp_path, data_dir=tabular_dir, threads=1)
+    with open(tmp_path / "repeats.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["device"] == "cpu" and r["kind"] == "Linear"]
+    passes = sorted(rows, key=lambda r: float(r["started_s"]))
+    # By start time: repeat 0's four passes, then repeat 1's, ...; each repeat in its turns.
+    assert [int(r["repeat"]) for r in passes] == [k for k in range(3) for _ in activations]
+    for k, order in enumerate(profiler.turns(activations, 3, seed=0)):
+        mine = [r for r in passes if int(r["repeat"]) == k]
+        assert [r["activation"] for r in mine] == order
+        assert [int(r["position"]) for r in mine] == [0, 1, 2, 3]
 
 
 def test_run_writes_tables_traces_and_figure(tmp_path, tabular_dir):

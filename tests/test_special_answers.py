@@ -529,10 +529,18 @@ def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
     block = {"metric": "cpu_memory_kib", "costliest": "Linear", "second": "BatchNorm",
              "means": {"Linear": 65.0, "BatchNorm": 40.0}, "value": 1.625, "low": 1.625,
              "high": 1.625, "n": 2}  # fmt: skip
+    same = {"value": 1.0, "low": 1.0, "high": 1.0}
     summary = {"rows": [{"status": "ok"}], "verdicts": {"repeats": 2, "by_device": {"cpu": {
         "time": block | {"metric": "cpu_time_ms"}, "memory": block,
+        "time_per_layer": block | {"metric": "cpu_time_ms",
+                                   "modules": {"Linear": 2, "BatchNorm": 1}},
+        "memory_per_layer": block | {"modules": {"Linear": 2, "BatchNorm": 1}},
         "activations": block | {"metric": "cpu_time_ms", "slowest": "gelu", "fastest": "relu",
-                                "means": {"gelu": 2.0, "relu": 1.0}}}}}}  # fmt: skip
+                                "means": {"gelu": 2.0, "relu": 1.0},
+                                "vs_batchnorm": {"gelu": same, "relu": same},
+                                "control": {"kind": "BatchNorm", "reference": "relu",
+                                            "gelu": same}},
+        "drift": None}}}}  # fmt: skip
     _, facts = STUDIES["profiler"].facts(summary, Path("."))
     assert facts["memory"] == (
         "Linear, 1.62× BatchNorm's (65 vs 40 KiB; no spread in the repeats compared), costlier"

@@ -203,6 +203,21 @@ def ratio(
     )
 
 
+def paired_ratio(
+    a: Sequence[float | None], b: Sequence[float | None], confidence: float = CONFIDENCE
+) -> Comparison | None:
+    """The geometric mean of a[i] / b[i], each pair measured together (one repeat's pass), with
+    Student's t interval on the logs of the ratios; None without a positive pair."""
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x and y and x > 0 and y > 0]
+    logs = [math.log(x / y) for x, y in pairs if math.isfinite(x / y)]
+    estimate = mean_interval(logs, confidence)
+    if estimate is None:
+        return None
+    low = None if estimate.low is None else math.exp(estimate.low)
+    high = None if estimate.high is None else math.exp(estimate.high)
+    return Comparison(math.exp(estimate.mean), low, high, estimate.n, estimate.n, 1.0)
+
+
 def paired(
     how: Callable[..., Comparison | None],
     a: Mapping[Hashable, float],

@@ -4,23 +4,35 @@ Each leaf module's forward runs inside a `record_function` range named after the
 (forward pre/post hooks), so the profiler attributes time and memory to the Linear, BatchNorm
 and activation modules themselves, not by guessing from op names. One measurement profiles
 `batches` test batches (inference: eval mode, no autograd); it is repeated `repeats` times per
-activation and device. repeats.csv keeps each repeat's sum per module kind (ms, KiB);
+activation and device, and the activations' models take turns: each repeat profiles every
+model once, in an order drawn afresh per repeat (seeded), so that what drifts over the study (the
+host's other work, its clock) falls on every activation alike and into the interval, not between
+activations measured one block after another. repeats.csv keeps each repeat's sum per module
+kind (ms, KiB) with its start (seconds from the study's) and its place in the repeat's order;
 modules.csv gives the mean over the repeats and the half-width of its 95% Student-t interval.
 Memory is what the profiler saw allocated inside a module's range (its output, mostly), summed
 over the batches; time totals include the ops inside the range.
 
 The summary's `verdicts` answer the course's questions per device: the module kind that costs
 the most time and the most memory (in the ReLU model, and in each activation's), each as a
-ratio to the second costliest, and the slowest activation module as a ratio to the fastest
-and each activation's to ReLU. A ratio is that of the geometric means over the repeats, with
-Welch's 95% interval on the logs (dmls.stats.ratio); kinds and activations are ranked by their
-arithmetic mean, the number modules.csv shows.
+ratio to the second costliest, summed over the kind's modules as the course sums them and per
+module (`per_layer`: the B model has more Linear modules than BatchNorm ones); the slowest
+activation module as a ratio to the fastest and each activation's to ReLU; each activation
+against the BatchNorm of its own pass (`vs_batchnorm`: a ratio per repeat, the same module
+measured beside it); and the control: the identical BatchNorm in each activation's model
+against ReLU's (`control`), which takes turns with nothing changed, so that it reads 1 within
+its interval where the turns controlled the comparison. A ratio is that of the geometric
+means over the repeats, with Welch's 95% interval on the logs (dmls.stats.ratio; per repeat:
+dmls.stats.paired_ratio); kinds and activations are ranked by their arithmetic mean, the
+number modules.csv shows.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,7 +58,9 @@ METRICS = (
     "cpu_time_total_us", "cpu_self_time_us", "cpu_memory_bytes",
     "device_time_total_us", "device_memory_bytes",
 )  # fmt: skip
-MEASUREMENT_COLUMNS = ("device", "activation", "repeat", "label", "kind", "calls", *METRICS)
+MEASUREMENT_COLUMNS = (
+    "device", "activation", "repeat", "position", "started_s", "label", "kind", "calls", *METRICS
+)  # fmt: skip
 # measurements.csv keeps the profiler's µs and bytes; repeats.csv and modules.csv give the
 # report's units, named in the columns: metric -> (column, factor).
 UNITS = {
@@ -57,7 +71,10 @@ UNITS = {
     "device_memory_bytes": ("device_memory_kib", 1 / 1024),
 }
 VALUES = tuple(name for name, _ in UNITS.values())
-REPEAT_COLUMNS = ("device", "activation", "repeat", "kind", "modules", "calls", *VALUES)
+REPEAT_COLUMNS = (
+    "device", "activation", "repeat", "position", "started_s", "kind", "modules", "calls",
+    *VALUES,
+)  # fmt: skip
 TABLE_COLUMNS = (
     "device", "activation", "kind", "modules", "calls", "repeats",
     *(f"{v}_{s}" for v in VALUES for s in ("mean", "ci95")),
@@ -66,9 +83,12 @@ TABLE_COLUMNS = (
 REFERENCE_ACTIVATION = "relu"
 RATIO_CONVENTION = (
     "value = geometric mean over the repeats of the first named / that of the second named "
-    "(costliest / second, slowest / fastest, activation / relu); low, high: its 95% interval "
-    "(Welch's t on the logs of the per-repeat values, dmls.stats.ratio); within_noise: the "
-    "interval holds 1; means: arithmetic means over the repeats, in the metric's unit"
+    "(costliest / second, slowest / fastest, activation / relu, BatchNorm in an activation's "
+    "model / in relu's); low, high: its 95% interval (Welch's t on the logs of the per-repeat "
+    "values, dmls.stats.ratio); vs_batchnorm: the geometric mean over the repeats of the "
+    "activation's time / the BatchNorm's in the same pass, Student's t on the logs "
+    "(dmls.stats.paired_ratio); within_noise: the interval holds 1; means: arithmetic means "
+    "over the repeats, in the metric's unit"
 )
 
 
@@ -183,14 +203,15 @@ def _test_batches(
 
 
 def _per_repeat(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per device, activation, repeat and kind: the kind's modules summed, in ms and KiB."""
+    """Per device, activation, repeat and kind: the kind's modules summed, in ms and KiB, with
+    the pass's place in its repeat's order and its start."""
     sums: dict[tuple, dict[str, Any]] = {}
     for m in measurements:
         key = (m["device"], m["activation"], m["repeat"], m["kind"])
         row = sums.setdefault(
             key,
             dict(zip(("device", "activation", "repeat", "kind"), key, strict=True))
-            | {"modules": 0, "calls": 0}
+            | {"position": m["position"], "started_s": m["started_s"], "modules": 0, "calls": 0}
             | dict.fromkeys(VALUES, 0.0),
         )
         row["modules"] += 1
@@ -251,9 +272,20 @@ def _values(repeat_rows, device: str, activation: str, kind: str, metric: str) -
     ]
 
 
-def _costliest(repeat_rows, device: str, activation: str, metric: str) -> dict[str, Any]:
-    """The module kind with the largest mean `metric` and its ratio to the second."""
-    values = {k: _values(repeat_rows, device, activation, k, metric) for k in KINDS}
+def _costliest(
+    repeat_rows, device: str, activation: str, metric: str, per_layer: bool = False
+) -> dict[str, Any]:
+    """The module kind with the largest mean `metric` (summed over the kind's modules, or per
+    module) and its ratio to the second."""
+    modules = {
+        r["kind"]: r["modules"] if per_layer else 1
+        for r in repeat_rows
+        if (r["device"], r["activation"]) == (device, activation) and r["kind"] in KINDS
+    }
+    values = {
+        k: [v / modules[k] for v in _values(repeat_rows, device, activation, k, metric)]
+        for k in KINDS
+    }
     means = {k: statistics.fmean(v) for k, v in values.items()}
     first, second = sorted(KINDS, key=lambda k: -means[k])[:2]  # ties: KINDS' order
     return {
@@ -263,6 +295,7 @@ def _costliest(repeat_rows, device: str, activation: str, metric: str) -> dict[s
         **_ratio(values[first], values[second]),
         "n": len(values[first]),
         "means": means,
+        "modules": modules if per_layer else None,
     }
 
 
@@ -285,7 +318,39 @@ def _activations(repeat_rows, device: str, activations: list[str], metric: str):
         block["vs_relu"] = {
             a: _ratio(values[a], relu) for a in activations if a != REFERENCE_ACTIVATION
         }
+    norms = {a: _values(repeat_rows, device, a, "BatchNorm", metric) for a in activations}
+    block["vs_batchnorm"] = {a: _paired(values[a], norms[a]) for a in activations}
+    reference = REFERENCE_ACTIVATION if REFERENCE_ACTIVATION in norms else activations[0]
+    block["control"] = {
+        "kind": "BatchNorm",
+        "reference": reference,
+        **{a: _ratio(norms[a], norms[reference]) for a in activations if a != reference},
+    }
     return block
+
+
+def _paired(a: list[float], b: list[float]) -> dict[str, Any]:
+    """`a` over `b` repeat by repeat (the same pass), as `_ratio` gives a ratio."""
+    result = stats.paired_ratio(a, b)
+    if result is None:
+        return {"value": None, "low": None, "high": None, "within_noise": None}
+    return {"value": result.value, "low": result.low, "high": result.high,
+            "within_noise": result.within_noise}  # fmt: skip
+
+
+def _drift(repeat_rows, device: str, metric: str) -> dict[str, Any] | None:
+    """How the identical BatchNorm's time moved over the study: a line through each pass's
+    (start, time), every activation's model, its slope times the study's span as a share of
+    the mean (`over_study`, with its interval); None with fewer than three passes."""
+    rows = [r for r in repeat_rows if r["device"] == device and r["kind"] == "BatchNorm"]
+    starts = [r["started_s"] for r in rows]
+    if len(rows) < 3 or len(set(starts)) < 2:
+        return None
+    span = max(starts) - min(starts)
+    mean = statistics.fmean(r[metric] for r in rows)
+    slope = stats.line(starts, [r[metric] / mean * span for r in rows]).slope
+    return {"metric": metric, "over_study": slope.value, "low": slope.low, "high": slope.high,
+            "passes": len(rows), "seconds": span}  # fmt: skip
 
 
 def verdicts(repeat_rows: list[dict[str, Any]], activations: list[str]) -> dict[str, Any]:
@@ -298,6 +363,8 @@ def verdicts(repeat_rows: list[dict[str, Any]], activations: list[str]) -> dict[
             a: {
                 "time": _costliest(repeat_rows, device, a, time_metric),
                 "memory": _costliest(repeat_rows, device, a, memory_metric),
+                "time_per_layer": _costliest(repeat_rows, device, a, time_metric, True),
+                "memory_per_layer": _costliest(repeat_rows, device, a, memory_metric, True),
             }
             for a in activations
         }
@@ -305,6 +372,7 @@ def verdicts(repeat_rows: list[dict[str, Any]], activations: list[str]) -> dict[
             "activation": reference,
             **by_activation[reference],
             "activations": _activations(repeat_rows, device, activations, time_metric),
+            "drift": _drift(repeat_rows, device, time_metric),
             "by_activation": by_activation,
         }
     repeats = {r["repeat"] for r in repeat_rows}
@@ -329,27 +397,35 @@ def run(
             for a in cfg["activations"]
         ]  # fmt: skip
     measurements: list[dict[str, Any]] = []
+    start = time.monotonic()
     for device in devices:
         batches, wrapped = _test_batches(dataset.x_test, cfg["batch_size"], cfg["batches"], device)
+        models = {}
         for activation in cfg["activations"]:
             torch.manual_seed(cfg["seed"])
-            model = ClusterMLP(
+            models[activation] = ClusterMLP(
                 dataset.x_test.shape[1],
                 dataset.manifest["num_classes"],
                 cfg["hidden"],
                 batch_norm=True,
                 activation=activation,
             ).to(device)
-            trace = traces / f"{device.type}_{activation}.json.gz"
-            for repeat in range(cfg["repeats"]):
+        for repeat, order in enumerate(turns(cfg["activations"], cfg["repeats"], cfg["seed"])):
+            for position, activation in enumerate(order):
                 log.info("%s %s: repeat %d/%d", device.type, activation, repeat + 1,
                          cfg["repeats"])  # fmt: skip
+                trace = traces / f"{device.type}_{activation}.json.gz"
+                begun = time.monotonic() - start
                 for m in profile_batches(
-                    model, batches, cfg["warmup_batches"], trace if repeat == 0 else None
-                ):
+                    models[activation], batches, cfg["warmup_batches"],
+                    trace if repeat == 0 else None,
+                ):  # fmt: skip
                     measurements.append(
-                        {"device": device.type, "activation": activation, "repeat": repeat, **m}
-                    )
+                        {"device": device.type, "activation": activation, "repeat": repeat,
+                         "position": position, "started_s": round(begun, 4), **m}
+                    )  # fmt: skip
+        for activation in cfg["activations"]:
+            trace = traces / f"{device.type}_{activation}.json.gz"
             rows.append(
                 {"device": device.type, "activation": activation, "status": "ok", "reason": None,
                  "trace": str(trace.relative_to(out_dir)), "test_batches_wrapped": wrapped}
@@ -372,6 +448,13 @@ def run(
         "threads": threads,
         "verdicts": verdicts(repeat_rows, cfg["activations"]),
     }
+
+
+def turns(conditions: list[str], repeats: int, seed: int) -> list[list[str]]:
+    """The order each repeat measures `conditions` in: every condition once per repeat, in an
+    order drawn afresh for each (seeded, so a rerun takes the same turns)."""
+    rng = random.Random(seed)
+    return [rng.sample(conditions, len(conditions)) for _ in range(repeats)]
 
 
 def _figure(table: list[dict[str, Any]], activations: list[str]):

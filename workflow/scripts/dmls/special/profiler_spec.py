@@ -12,7 +12,7 @@ from dmls.report.comparisons import NotMeasured, Ratio
 from dmls.report.special_answers import (
     finished_rows,
 )
-from dmls.report.wording import DEVICES, fmt_sig
+from dmls.report.wording import DEVICES, fmt_sig, minus, ratio_text
 from dmls.study_spec import Facts, StudySpec, Table
 
 
@@ -50,15 +50,61 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         verdict = phrase.judge(word, less)
         return f"{block[first]}, {phrase.value} {block[second]}'s ({phrase.inside}), {verdict}"
 
+    if "time_per_layer" not in v:  # (a summary written before the turns and the control)
+        raise NotMeasured("this B4 summary predates its per-module figures and its control")
+    block = v["activations"]
     return "measured", {
         "device": DEVICES.get(device, device),
         "activation": v.get("activation", "relu"),
         "time": costlier(v["time"], "costliest", "second"),
         "memory": costlier(v["memory"], "costliest", "second"),
-        "activations": costlier(v["activations"], "slowest", "fastest", "slower", "faster"),
-        "ranking": _ranking(v["activations"], unit.get(v["activations"]["metric"], "")),
+        "time_per_layer": costlier(v["time_per_layer"], "costliest", "second"),
+        "memory_per_layer": costlier(v["memory_per_layer"], "costliest", "second"),
+        "modules": _modules(v["time_per_layer"]["modules"]),
+        "activations": costlier(block, "slowest", "fastest", "slower", "faster"),
+        "ranking": _ranking(block, unit.get(block["metric"], "")),
+        "vs_batchnorm": "; ".join(
+            f"{name} {_ratio(r, 'repeat', 'slower', 'faster')}"
+            for name, r in sorted(block["vs_batchnorm"].items(), key=lambda i: i[1]["value"])
+        ),
+        "control": "; ".join(
+            f"in {name}'s model {_ratio(r, 'repeat', 'slower', 'faster')}"
+            for name, r in block["control"].items()
+            if name not in ("kind", "reference")
+        ),
+        "drift": _drift(v.get("drift")),
         "repeats": str(summary["verdicts"].get("repeats", "")),
     }
+
+
+def _ratio(r: dict[str, Any], unit: str, more: str, less: str) -> str:
+    """A stored ratio (value, low, high) as the answers write one, with its verdict."""
+    if r.get("value") is None:
+        return "not measured"
+    n = 2 if r.get("low") is not None else 1
+    result = stats.Comparison(r["value"], r.get("low"), r.get("high"), n, n, 1.0)
+    return ratio_text(result, more, less, unit)
+
+
+def _modules(modules: dict[str, int]) -> str:
+    """'2 Linear, 1 BatchNorm and 1 Activation modules'."""
+    parts = [f"{n} {kind}" for kind, n in modules.items()]
+    return f"{', '.join(parts[:-1])} and {parts[-1]} modules" if len(parts) > 1 else parts[0]
+
+
+def _drift(drift: dict[str, Any] | None) -> str:
+    """How the control's time moved from the study's first pass to its last, as a share of
+    its mean, with its interval (a line through every pass)."""
+    if not drift or drift.get("low") is None:
+        return "not measured (fewer than three passes)"
+    way = stats.finding(stats.Comparison(drift["over_study"], drift["low"], drift["high"],
+                                         drift["passes"], drift["passes"], 0.0))  # fmt: skip
+    said = {stats.MORE: "it slowed", stats.LESS: "it sped up"}.get(way, "within its noise")
+    return minus(
+        f"{100 * drift['over_study']:+.1f}% of its mean from the first pass to the last, "
+        f"{drift['seconds']:.0f} s later (95% interval {100 * drift['low']:+.1f} to "
+        f"{100 * drift['high']:+.1f}%), {said}"
+    )
 
 
 def _ranking(block: dict[str, Any], unit: str) -> str:
