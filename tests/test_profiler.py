@@ -7,6 +7,7 @@ import statistics
 import pytest
 import torch
 
+from dmls import stats
 from dmls.special import profiler
 from dmls.training.models import ClusterMLP
 
@@ -125,10 +126,10 @@ def test_each_repeat_measures_every_activation_once_in_an_order_drawn_afresh(tmp
     identical BatchNorm took 1.82x longer in the ReLU block than in the sigmoid block (the
     example's CPU), and that drift read as an effect of the activation."""
     activations = ["relu", "tanh", "sigmoid", "gelu"]
-    orders = profiler.turns(activations, 8, seed=0)
+    orders = stats.turns(activations, 8, seed=0)
     assert all(sorted(order) == sorted(activations) for order in orders)
     assert len({tuple(order) for order in orders}) > 1  # not one fixed order
-    assert orders == profiler.turns(activations, 8, seed=0)  # seeded: a rerun takes the same
+    assert orders == stats.turns(activations, 8, seed=0)  # seeded: a rerun takes the same
     cfg = {"batches": 2, "batch_size": 8, "warmup_batches": 1, "repeats": 3,
            "activations": activations, "hidden": HIDDEN, "seed": 0}  # fmt: skip
     profiler.run(cfg, tmp_path, data_dir=tabular_dir, threads=1)
@@ -137,7 +138,7 @@ def test_each_repeat_measures_every_activation_once_in_an_order_drawn_afresh(tmp
     passes = sorted(rows, key=lambda r: float(r["started_s"]))
     # By start time: repeat 0's four passes, then repeat 1's, ...; each repeat in its turns.
     assert [int(r["repeat"]) for r in passes] == [k for k in range(3) for _ in activations]
-    for k, order in enumerate(profiler.turns(activations, 3, seed=0)):
+    for k, order in enumerate(stats.turns(activations, 3, seed=0)):
         mine = [r for r in passes if int(r["repeat"]) == k]
         assert [r["activation"] for r in mine] == order
         assert [int(r["position"]) for r in mine] == [0, 1, 2, 3]

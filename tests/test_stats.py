@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
@@ -81,3 +82,20 @@ def test_two_runs_the_same_in_every_seed_are_identical_whatever_their_spread():
     assert not stats.paired(stats.difference, a, {3: 0.80, 4: 0.83, 5: 0.78}).identical
     assert stats.paired(stats.difference, {0: 0.8}, {0: 0.8}).has_interval is False
     assert not stats.paired(stats.difference, a, a | {2: 0.78 + 1e-12}).identical
+
+
+def test_whether_a_sweep_bends_is_the_interval_of_its_curvature_not_a_threshold():
+    """A6's step memory (version 3), 99.7, 99.9, 117.0 and 157.9 MiB at batch 16 to 128, was
+    called "not along a line" by R² = 0.975 < 0.99, a threshold set from that very result."""
+    xs = [16, 32, 64, 128]
+    straight = stats.curvature(xs, [10 + 2 * x for x in xs])
+    assert straight.value == pytest.approx(0, abs=1e-9) and straight.identical is False
+    bent = stats.curvature(xs, [x**2 / 100 + 5 for x in xs])
+    assert stats.finding(bent) == stats.MORE and bent.value == pytest.approx(0.01)
+    # The example's four means: one degree of freedom, an interval that holds no bend.
+    example = stats.curvature(xs, [99.7, 99.9, 117.0, 157.9])
+    assert example.low < 0 < example.high and stats.finding(example) == stats.NO_EFFECT
+    # numpy's fit and scipy's t: the same quadratic term and the same interval.
+    coef = np.polyfit(xs, [99.7, 99.9, 117.0, 157.9], 2)
+    assert example.value == pytest.approx(coef[0])
+    assert stats.curvature(xs[:3], [1, 2, 5]).has_interval is False  # three points: none

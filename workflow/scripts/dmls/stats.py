@@ -13,6 +13,7 @@ positive side where a ratio of arithmetic means with a delta-method interval nee
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -203,6 +204,15 @@ def ratio(
     )
 
 
+def turns(conditions: Sequence[str], repeats: int, seed: int) -> list[list[str]]:
+    """The order each repeat of a timed comparison measures its `conditions` in: every
+    condition once per repeat, in an order drawn afresh for each (seeded: a rerun takes the
+    same turns), so that what drifts over the study falls on every condition alike and into
+    the interval over the repeats, never between conditions measured one block after another."""
+    rng = random.Random(seed)
+    return [rng.sample(list(conditions), len(conditions)) for _ in range(repeats)]
+
+
 def paired_ratio(
     a: Sequence[float | None], b: Sequence[float | None], confidence: float = CONFIDENCE
 ) -> Comparison | None:
@@ -260,3 +270,25 @@ def line(xs: Sequence[float], ys: Sequence[float], confidence: float = CONFIDENC
         low, high = fit.slope - half, fit.slope + half
     slope = Comparison(float(fit.slope), low, high, n, n, 0.0)
     return Line(slope, float(fit.intercept), float(fit.rvalue**2), n)
+
+
+def curvature(
+    xs: Sequence[float], ys: Sequence[float], confidence: float = CONFIDENCE
+) -> Comparison:
+    """The quadratic term of the least-squares parabola through (xs, ys), one point per
+    independent unit as for `line`, as a Comparison against no curvature (null 0), with its
+    Student-t interval on n − 3 degrees of freedom (none with fewer than four points): where the
+    interval holds 0, the points give no evidence that they bend off a line; where it excludes
+    0, they bend."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    n = len(x)
+    design = np.column_stack([x**2, x, np.ones(n)])
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    low = high = None
+    if n > 3:
+        residual = y - design @ coef
+        sigma2 = float(residual @ residual) / (n - 3)
+        se = math.sqrt(sigma2 * float(np.linalg.inv(design.T @ design)[0, 0]))
+        half = float(_scipy_stats().t.ppf((1 + confidence) / 2, n - 3)) * se
+        low, high = float(coef[0]) - half, float(coef[0]) + half
+    return Comparison(float(coef[0]), low, high, n, n, 0.0)

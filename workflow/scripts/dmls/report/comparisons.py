@@ -245,12 +245,6 @@ class Ratio:
         return f"{self.figure}, {self.judge(more, less)}"
 
 
-# A line through a sweep's few points (A6: four batch sizes) is called one only where it
-# leaves at most 1% of their variance unexplained: the example's step memory, 99.7, 99.9, 117.0
-# and 157.9 MiB at batch 16 to 128 (flat, then rising), fits a line with R² = 0.975.
-LINEAR_R2 = 0.99
-
-
 def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
     """A least-squares line (stats.line) through the finished runs' means of `metric` (one
     point per run: its seeds are one run's replicates, and a warm process's memory repeats one
@@ -270,9 +264,15 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
     line = stats.line(xs, ys)
     slope = line.slope
     verdict = stats.verdict(slope, "grows", "falls")
-    linear = line.r2 >= LINEAR_R2
+    # Along a line or not, by the one rule: the interval of a parabola's quadratic term
+    # (stats.curvature), never a threshold on R².
+    bend = stats.finding(stats.curvature(xs, ys))
+    linear = bend == stats.NO_EFFECT
     if verdict in ("grows", "falls"):
-        verdict += " linearly" if linear else ", but not along a line"
+        verdict += {
+            stats.NO_EFFECT: " along a line within noise",
+            stats.TOO_FEW: " (whether along a line, three points can't tell)",
+        }.get(bend, ", but not along a line")
     interval = f" (95% interval {slope.low:.3f} to {slope.high:.3f})" if slope.has_interval else ""
     counted = "; ".join(
         f"{seeds} of {', '.join(runs)}" if len(said) > 1 else f"{seeds} of each"
@@ -286,6 +286,7 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
         "verdict": verdict,
         "label": spec.label,
         "points": f"a least-squares line through the {line.n} runs' means ({counted})",
+        "linear": linear,
     }
 
 
@@ -296,7 +297,7 @@ class _Fit:
 
     def __str__(self) -> str:
         if self.brief:  # (as the Answers list gives it: the line, not how it was fitted)
-            fit = "" if "linearly" in self.verdict else f" ({self.r2})"
+            fit = "" if self.linear else f" ({self.r2})"
             return f"{self.verdict}: {self.slope} plus {self.intercept}{fit}"
         return f"{self.verdict}: {self.slope} plus {self.intercept} ({self.r2}; {self.points})"
 

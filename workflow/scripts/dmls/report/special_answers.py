@@ -110,13 +110,15 @@ def read_csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def speed(reference: list[float], other: list[float], means: str) -> str:
+def speed(reference: list[float], other: list[float], means: str, paired: bool = False) -> str:
     """`other` against `reference` as a speed, the reference's time over the other's (the ratio
     of their geometric means), with its 95% interval over the repeats where both have two or
     more, the two means (`means`, as written) and a verdict:
-    '0.82× (0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'."""
-    ratio = Ratio.of(stats.ratio(reference, other), means, "repeat")
-    return ratio.said("faster", "slower")
+    '0.82× (0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'. `paired`: the two were timed
+    taking turns, repeat k of each beside the other's, so the ratio is taken repeat by repeat
+    (stats.paired_ratio), and a drift both shared cancels."""
+    how = stats.paired_ratio if paired else stats.ratio
+    return Ratio.of(how(reference, other), means, "repeat").said("faster", "slower")
 
 
 def elsewhere(others: list[dict[str, Any]], what: str = "") -> str:

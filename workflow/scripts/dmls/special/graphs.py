@@ -11,13 +11,15 @@ need not be real):
 - export: `torch.export`. One whole static graph of ATen ops, captured ahead of time with the
   parameters lifted to inputs, or an error: it has no Python to fall back on.
 
-Per device and mode, after one untimed eager step: the first call (capture and compiling
-included) and the steady training step (forward, loss, backward, SGD step; median of `steps`
-after `warmup_steps`, repeated `repeats` times: mean and 95% interval over the repeats), and
-what was captured (graphs,
-graph breaks, ops). Then a model whose branch depends on a tensor's value: what
-`torch._dynamo.explain` says of it, the error `torch.export` gives, and the same model with
-the branch written as `torch.cond`, which exports.
+Per device, after one untimed eager step: each mode's first call (capture and compiling
+included) and what it captured (graphs, graph breaks, ops); then the steady training step
+(forward, loss, backward, SGD step; median of `steps` after `warmup_steps`), the modes taking
+turns: each of `repeats` repeats times every mode once, in an order drawn afresh (seeded), and
+keeps each mode's start and place, so that what drifts over the study (eager's repeats once
+drifted 21.27 -> 24.78 ms while measured in a block of their own) falls on every mode alike, and
+a mode is compared with eager repeat by repeat. Then a model whose branch depends on a tensor's
+value: what `torch._dynamo.explain` says of it, the error `torch.export` gives, and the same
+model with the branch written as `torch.cond`, which exports.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch._dynamo  # here, not inside a timed first call: its import takes se
 from torch import nn
 
 from dmls.files import new_figure, save_figure, write_csv
-from dmls.stats import mean_interval, ratio, verdict
+from dmls.stats import mean_interval, turns
 from dmls.training import models
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ RESULT_COLUMNS = (
     "device", "mode", "status", "reason", "first_call_s", "steady_step_ms", "steady_step_ms_ci95",
     "graphs", "graph_breaks", "ops", "captured",
 )  # fmt: skip
+# Each repeat's median, start and place in its order stay in summary.json.
+PER_REPEAT = ("repeats", "repeat_started_s", "repeat_position")
 CONTROL_COLUMNS = ("model", "capture", "outcome", "graphs", "graph_breaks", "ops", "detail")
 # The lines of torch.export's error quoted in the report (the rest is debugging advice).
 ERROR_LINES = 2
@@ -105,55 +109,76 @@ def prepare(mode: str, model: nn.Module, x: torch.Tensor) -> tuple[Callable, dic
     }
 
 
-def measure(mode: str, device: torch.device, cfg: dict[str, Any]) -> dict[str, Any]:
-    torch.manual_seed(cfg["seed"])
-    model = course_cnn(cfg).to(device)
-    x = torch.randn(cfg["batch_size"], *INPUT_SHAPE, device=device)
-    y = torch.randint(0, NUM_CLASSES, (cfg["batch_size"],), device=device)
+class Mode:
+    """One way of running the course CNN's training step on a device, built and called once
+    (`first_call_s`, `captured`); `time_steps` then times its steady steps."""
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    def __init__(self, mode: str, device: torch.device, cfg: dict[str, Any]) -> None:
+        torch.manual_seed(cfg["seed"])
+        self.device, self.cfg = device, cfg
+        model = course_cnn(cfg).to(device)
+        self.x = torch.randn(cfg["batch_size"], *INPUT_SHAPE, device=device)
+        self.y = torch.randint(0, NUM_CLASSES, (cfg["batch_size"],), device=device)
+        start = time.perf_counter()
+        self.forward, self.captured = prepare(mode, model, self.x)
+        capture = time.perf_counter() - start
+        # The parameters the step updates (export's module holds its own, lifted, copies);
+        # built outside the timed calls, as a training loop builds it once.
+        self.optimizer = torch.optim.SGD(self.forward.parameters(), lr=cfg["lr"])
+        self.sync()
+        start = time.perf_counter()
+        self.step()
+        self.sync()
+        self.first_call_s = capture + time.perf_counter() - start
 
-    start = time.perf_counter()
-    forward, captured = prepare(mode, model, x)
-    capture = time.perf_counter() - start
-    # The parameters the step updates (export's module holds its own, lifted, copies); built
-    # outside the timed calls, as a training loop builds it once.
-    optimizer = torch.optim.SGD(forward.parameters(), lr=cfg["lr"])
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(forward(x), y).backward()
-        optimizer.step()
+    def step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(self.forward(self.x), self.y).backward()
+        self.optimizer.step()
 
-    sync()
-    start = time.perf_counter()
-    step()
-    sync()
-    first_call = capture + time.perf_counter() - start
-    for _ in range(cfg["warmup_steps"]):
-        step()
-    medians = []
-    for _ in range(cfg["repeats"]):
+    def time_steps(self, steps: int) -> float:
+        """The median of `steps` steps, in ms."""
         times = []
-        for _ in range(cfg["steps"]):
-            sync()
+        for _ in range(steps):
+            self.sync()
             t0 = time.perf_counter()
-            step()
-            sync()
+            self.step()
+            self.sync()
             times.append(time.perf_counter() - t0)
-        medians.append(1000 * statistics.median(times))
-    steady = mean_interval(medians)
-    return {
-        "status": "ok",
-        "reason": None,
-        "first_call_s": first_call,
-        "steady_step_ms": steady.mean,
-        "steady_step_ms_ci95": steady.half_width,
-        "repeats": medians,
-        **captured,
-    }
+        return 1000 * statistics.median(times)
+
+
+def measure_device(modes: list[str], device: torch.device, cfg: dict[str, Any]) -> list[dict]:
+    """Every mode of `modes` on `device`: built and first called in turn, warmed up, then timed
+    taking turns (`stats.turns`); a row per mode with each repeat's median, start (seconds
+    from the first repeat's) and place in its repeat's order."""
+    built = {mode: Mode(mode, device, cfg) for mode in modes}
+    for mode in built.values():
+        for _ in range(cfg["warmup_steps"]):
+            mode.step()
+    timed: dict[str, list[tuple[float, float, int]]] = {mode: [] for mode in modes}
+    start = time.perf_counter()
+    for order in turns(modes, cfg["repeats"], cfg["seed"]):
+        for position, mode in enumerate(order):
+            begun = time.perf_counter() - start
+            timed[mode].append((built[mode].time_steps(cfg["steps"]), round(begun, 4), position))
+    rows = []
+    for mode, repeats in timed.items():
+        steady = mean_interval([ms for ms, _, _ in repeats])
+        rows.append({
+            "status": "ok", "reason": None, "mode": mode,
+            "first_call_s": built[mode].first_call_s,
+            "steady_step_ms": steady.mean, "steady_step_ms_ci95": steady.half_width,
+            "repeats": [ms for ms, _, _ in repeats],
+            "repeat_started_s": [t for _, t, _ in repeats],
+            "repeat_position": [p for _, _, p in repeats],
+            **built[mode].captured,
+        })  # fmt: skip
+    return rows
 
 
 def _export_error(model: nn.Module, x: torch.Tensor) -> str | None:
@@ -195,29 +220,14 @@ def data_dependent(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def observations(rows: list[dict[str, Any]], control: list[dict[str, Any]]) -> list[str]:
-    """Sentences computed from the rows: each mode against eager on its device."""
+    """What was captured per device and mode, and what a branch on a tensor's value did under
+    each capture. The steady step of a mode against eager's is the answer's (graphs_spec.py),
+    not said again here."""
     notes = []
-    for device in dict.fromkeys(r["device"] for r in rows):
-        ok = {r["mode"]: r for r in rows if r["device"] == device and r["status"] == "ok"}
-        eager = ok.get("eager")
-        if eager is None:
-            continue
-        for mode in ("compile", "export"):
-            row = ok.get(mode)
-            if row is None:
-                continue
-            r = ratio(row["repeats"], eager["repeats"])
-            said = verdict(r, "slower", "faster", "repeat")  # (times: > 1 is slower)
-            interval = (
-                f" (95% interval {r.low:.2f}–{r.high:.2f}×, {said})"
-                if r.has_interval
-                else f" (one repeat on a side: {said})"
-            )
+    for row in rows:
+        if row["status"] == "ok" and row["mode"] != "eager":
             notes.append(
-                f"{device}, {mode}: first call {row['first_call_s']:.2f} s against eager's "
-                f"{eager['first_call_s']:.3f} s ({row['first_call_s'] / eager['first_call_s']:.0f}×"
-                f"), then a steady step of {row['steady_step_ms']:.2f} ms against "
-                f"{eager['steady_step_ms']:.2f} ms, {r.value:.2f}× eager's{interval}; "
+                f"{row['device']}, {row['mode']}: first call {row['first_call_s']:.2f} s; "
                 f"captured {row['graphs']} graph(s), {row['graph_breaks']} break(s)."
             )
     broke = next(c for c in control if c["capture"] == "torch.compile")
@@ -271,26 +281,23 @@ def warm_up(device: torch.device, cfg: dict[str, Any]) -> None:
     """One untimed eager step on `device`, so that what a process pays once (the device's
     context, the autograd engine's threads, the math libraries' first calls) is not charged
     to whichever mode comes first."""
-    measure("eager", device, cfg | {"warmup_steps": 0, "steps": 1, "repeats": 1})
+    Mode("eager", device, cfg)
 
 
 def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[str, Any]:
     torch.set_num_threads(threads)
     rows = []
     for device in cfg["devices"]:
-        if device == "cpu" or torch.cuda.is_available():
-            warm_up(torch.device(device), cfg)
-        for mode in MODES:
-            row: dict[str, Any] = {"device": device, "mode": mode}
-            if device == "cuda" and not torch.cuda.is_available():
-                row |= {"status": "skipped", "reason": "no CUDA device on this host"}
-            else:
-                log.info("measuring %s on %s", mode, device)
-                row |= measure(mode, torch.device(device), cfg)
-            rows.append(row)
+        if device == "cuda" and not torch.cuda.is_available():
+            rows += [{"device": device, "mode": mode, "status": "skipped",
+                      "reason": "no CUDA device on this host"} for mode in MODES]  # fmt: skip
+            continue
+        warm_up(torch.device(device), cfg)
+        log.info("measuring %s on %s, taking turns", ", ".join(MODES), device)
+        rows += [{"device": device} | row
+                 for row in measure_device(list(MODES), torch.device(device), cfg)]  # fmt: skip
     control = data_dependent(cfg)
-    # (Each repeat's median stays in summary.json.)
-    table = [{k: v for k, v in r.items() if k != "repeats"} for r in rows]
+    table = [{k: v for k, v in r.items() if k not in PER_REPEAT} for r in rows]
     write_csv(out_dir / "results.csv", table, RESULT_COLUMNS)
     write_csv(out_dir / "control_flow.csv", control, CONTROL_COLUMNS)
     save_figure(_figure(rows), out_dir / "graphs.png")

@@ -67,7 +67,9 @@ def _graph_device(device: str, modes: dict[str, dict[str, Any]]) -> tuple[str, s
             f"{fmt_mean(row, 'steady_step_ms', 'steady_step_ms_ci95')} vs "
             f"{fmt_mean(eager, 'steady_step_ms', 'steady_step_ms_ci95')} ms"
         )
-        steady.append(f"{name} {speed(_repeats(eager), _repeats(row), means)}")
+        # Timed taking turns (graphs.measure_device): repeat by repeat beside eager's.
+        paired = bool(row.get("repeat_started_s")) and len(_repeats(row)) == len(_repeats(eager))
+        steady.append(f"{name} {speed(_repeats(eager), _repeats(row), means, paired)}")
         calls = 1000 * float(row["first_call_s"]) / float(eager["steady_step_ms"])
         first.append(
             f"{name} {fmt_num(float(row['first_call_s']))} s, {fmt_count(calls)} eager steps"

@@ -30,7 +30,6 @@ number modules.csv shows.
 from __future__ import annotations
 
 import logging
-import random
 import statistics
 import time
 from collections import defaultdict
@@ -252,8 +251,9 @@ def _metrics(device: str) -> tuple[str, str]:
     return "cpu_time_ms", "cpu_memory_kib"
 
 
-def _ratio(a: list[float], b: list[float]) -> dict[str, Any]:
-    result = stats.ratio(a, b)
+def _ratio(a: list[float], b: list[float], how=stats.ratio) -> dict[str, Any]:
+    """`how` (stats.ratio, or stats.paired_ratio repeat by repeat) of `a` over `b` as stored."""
+    result = how(a, b)
     if result is None:  # a side has no positive value (memory freed as much as it took)
         return {"value": None, "low": None, "high": None, "within_noise": None}
     return {
@@ -319,7 +319,9 @@ def _activations(repeat_rows, device: str, activations: list[str], metric: str):
             a: _ratio(values[a], relu) for a in activations if a != REFERENCE_ACTIVATION
         }
     norms = {a: _values(repeat_rows, device, a, "BatchNorm", metric) for a in activations}
-    block["vs_batchnorm"] = {a: _paired(values[a], norms[a]) for a in activations}
+    block["vs_batchnorm"] = {
+        a: _ratio(values[a], norms[a], stats.paired_ratio) for a in activations
+    }
     reference = REFERENCE_ACTIVATION if REFERENCE_ACTIVATION in norms else activations[0]
     block["control"] = {
         "kind": "BatchNorm",
@@ -327,15 +329,6 @@ def _activations(repeat_rows, device: str, activations: list[str], metric: str):
         **{a: _ratio(norms[a], norms[reference]) for a in activations if a != reference},
     }
     return block
-
-
-def _paired(a: list[float], b: list[float]) -> dict[str, Any]:
-    """`a` over `b` repeat by repeat (the same pass), as `_ratio` gives a ratio."""
-    result = stats.paired_ratio(a, b)
-    if result is None:
-        return {"value": None, "low": None, "high": None, "within_noise": None}
-    return {"value": result.value, "low": result.low, "high": result.high,
-            "within_noise": result.within_noise}  # fmt: skip
 
 
 def _drift(repeat_rows, device: str, metric: str) -> dict[str, Any] | None:
@@ -410,7 +403,8 @@ def run(
                 batch_norm=True,
                 activation=activation,
             ).to(device)
-        for repeat, order in enumerate(turns(cfg["activations"], cfg["repeats"], cfg["seed"])):
+        orders = stats.turns(cfg["activations"], cfg["repeats"], cfg["seed"])
+        for repeat, order in enumerate(orders):
             for position, activation in enumerate(order):
                 log.info("%s %s: repeat %d/%d", device.type, activation, repeat + 1,
                          cfg["repeats"])  # fmt: skip
@@ -448,13 +442,6 @@ def run(
         "threads": threads,
         "verdicts": verdicts(repeat_rows, cfg["activations"]),
     }
-
-
-def turns(conditions: list[str], repeats: int, seed: int) -> list[list[str]]:
-    """The order each repeat measures `conditions` in: every condition once per repeat, in an
-    order drawn afresh for each (seeded, so a rerun takes the same turns)."""
-    rng = random.Random(seed)
-    return [rng.sample(conditions, len(conditions)) for _ in range(repeats)]
 
 
 def _figure(table: list[dict[str, Any]], activations: list[str]):
