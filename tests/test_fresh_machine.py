@@ -46,7 +46,9 @@ def on_a_fresh_machine(command: list[str], tmp_path: Path, timeout: int = 300):
         if found := shutil.which(name):  # not executable any more: shutil.which skips it
             mounts.append(f"mount --bind /dev/null {shlex.quote(os.path.realpath(found))}")
     mounts += [f"mount --bind {empty} {d}" for d in HIDDEN_FOLDERS if Path(d).is_dir()]
-    script = " && ".join([*mounts, shlex.join(command)])
+    # A machine offline still has its loopback (torchrun's rendezvous, gloo): a new network
+    # namespace starts with it down.
+    script = " && ".join(["ip link set lo up", *mounts, shlex.join(command)])
     return subprocess.run(
         ["unshare", "-mn", "bash", "-c", script],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
@@ -55,7 +57,8 @@ def on_a_fresh_machine(command: list[str], tmp_path: Path, timeout: int = 300):
 
 def test_the_hidden_things_are_hidden(tmp_path):
     """The namespace is what the rest of this file relies on: Debian's Fashion-MNIST, Java and
-    Slurm are gone inside it, and no address outside the machine can be reached."""
+    Slurm are gone inside it, no address outside the machine can be reached, and the loopback
+    works (ranks rendezvous on it)."""
     probe = (
         "import os, shutil, socket, sys\n"
         f"sys.path.insert(0, {str(ROOT / 'workflow' / 'scripts')!r})\n"
@@ -64,10 +67,17 @@ def test_the_hidden_things_are_hidden(tmp_path):
         f"print([shutil.which(c) for c in {HIDDEN_COMMANDS!r}])\n"
         "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2); print('online')\n"
         "except OSError:\n    print('offline')\n"
+        "server = socket.create_server(('127.0.0.1', 0))\n"
+        "socket.create_connection(server.getsockname(), timeout=2); print('loopback')\n"
     )
     out = on_a_fresh_machine([sys.executable, "-c", probe], tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:3] == ["[]", str([None] * len(HIDDEN_COMMANDS)), "offline"]
+    assert out.stdout.split("\n")[:4] == [
+        "[]",
+        str([None] * len(HIDDEN_COMMANDS)),
+        "offline",
+        "loopback",
+    ]
 
 
 @pytest.mark.parametrize(
