@@ -1333,3 +1333,20 @@ def test_the_start_says_which_finished_runs_changed_settings_will_replace(tmp_pa
     )
     del planned["parallelism/changed"]
     assert outcome.replaced(planned, tmp_path) == ""
+
+
+def test_figures_an_earlier_version_dropped_are_said_where_the_tables_omit_them():
+    """A version-3 record read now loses a graph step's step figure (dmls/versions.py): the
+    section says which runs, what and why, instead of a column that silently goes."""
+    from dmls import versions
+
+    metrics = [fake_metrics(f"b{b}", study="batch_size", batch_size=b, spread=(1.0, 1.0))
+               for b in (16, 32)]  # fmt: skip
+    metrics[1]["earlier_version"] = {
+        "metrics_version": 3, "dropped": ["step_gpu_mem_bytes"], "why": versions.V3_STEP_WHY
+    }  # fmt: skip
+    study = Study.from_metrics("batch_size", {}, metrics)
+    assert observations.earlier_versions(study) == [
+        f"Not shown for b32: step_gpu_mem_bytes, {versions.V3_STEP_WHY}; a run trained again "
+        "with this pipeline records them."
+    ]

@@ -251,6 +251,20 @@ def memory_per_job(study: Study) -> list[str]:
     return [line]
 
 
+def earlier_versions(study: Study) -> list[str]:
+    """Which runs' records an earlier pipeline wrote, what reading them now dropped and why
+    (dmls/versions.py), so that a figure missing from the tables is said, not silently gone."""
+    dropped: dict[tuple[str, ...], list[str]] = {}
+    for run in study.ok.index:
+        if earlier := study.metrics[run].get("earlier_version"):
+            dropped.setdefault((earlier["why"], *earlier["dropped"]), []).append(run)
+    return [
+        f"Not shown for {', '.join(runs)}: {', '.join(keys)}, {why}; a run trained again with "
+        "this pipeline records them."
+        for (why, *keys), runs in dropped.items()
+    ]
+
+
 def compared_with(study: Study, other: Study) -> list[str]:
     """Runs of the same name in another study (B2 accelerate beside B1 torchrun)."""
     lines = []
@@ -523,7 +537,8 @@ def all_observations(
     lines = seed_note(study) + versus_baseline(study) + scaling(study) + sweep(study)
     lines += communication(study, collectives)
     lines += time_to_accuracy(study) + energy_use(study)
-    lines += warm_process(study) + memory_per_job(study) + precision_check(study)
+    lines += warm_process(study) + memory_per_job(study) + earlier_versions(study)
+    lines += precision_check(study)
     lines += cpu_half_precision(study)
     lines += step_check(study)
     if other is not None:
