@@ -124,7 +124,8 @@ def first_seeds(runs: Sequence[tuple[Study, str]], metric: str, spec: Metric) ->
     why = (
         "not measured further for eager steps"
         if any(n.eager for n, e in zip(numbers, excess, strict=True) if e)
-        else "cuDNN's autotuning workspaces, paid once per process: bench/seed_memory.py"
+        else "not isolated for these runs; bench/seed_memory.py measured such an excess as "
+        "cuDNN's autotuning workspaces, paid once per process, on another host"
     )
     amounts = " vs ".join(_number(e, spec) for e in excess)
     return f"; each job's first seed measured {amounts} {spec.unit} more ({why})"
