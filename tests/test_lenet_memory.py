@@ -127,3 +127,19 @@ def test_on_a_gpu_full_recomputation_lowers_every_peak_after_the_warm_up():
                 for rc in ("none", "full")
             )
             assert full < none, (optimizer, precision, none, full)
+
+
+def test_what_each_policy_kept_is_said_as_measured_whichever_way_it_went():
+    """NOTES once said, in every report, that 'selective and full keep what the estimate says';
+    on the CPU full recomputation kept 1.29x its estimate. The note now gives the numbers."""
+    rows = [
+        {"device": "cpu", "status": "ok", "optimizer": "adamw", "precision": "fp32",
+         "recompute": policy, "activations_bytes": kept}
+        for policy, kept in (("none", 80), ("full", 30))
+    ] + [{"device": "cuda", "status": "skipped"}]  # fmt: skip
+    estimates = {("adamw", "fp32", "none"): {"activations_stored_bytes": 100},
+                 ("adamw", "fp32", "full"): {"activations_stored_bytes": 20}}  # fmt: skip
+    assert lenet_memory.kept_against_estimate(rows, estimates) == [
+        "Activations kept on the CPU (adamw, fp32), measured vs estimated: none 80 vs 100 "
+        "bytes (0.80×); full 30 vs 20 bytes (1.50×)."
+    ]
