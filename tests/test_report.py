@@ -431,11 +431,11 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     assert observations.memory_per_job(study) == [
         "GPU memory is each run's mean over the seeds of a warm process (each job's seeds after "
         "its first), with its interval over them. The first seed of a job peaked higher, by "
-        "graph 60.0 MiB, kept 30.0 MiB: with graph or compiled steps it "
-        "pays cuDNN's autotuning (cudnn.benchmark), which tries several algorithms per new "
-        "shape, each with its workspace; the later seeds reuse the tuned plans "
-        "(bench/seed_memory.py reproduces it with autotuning on and off). A job of one seed "
-        "needs that much more."
+        "graph 60.0 MiB, kept 30.0 MiB, with graph or compiled steps, where cuDNN's "
+        "autotuning (cudnn.benchmark) is on: it tries several algorithms per new shape, each "
+        "with its workspace, and bench/seed_memory.py reproduced such an excess with "
+        "autotuning on, none with it off, on another host; for these runs it was not "
+        "isolated. A job of one seed needs that much more."
     ]
     # An eager run's first-seed excess is named, not put down to autotuning (it is off there).
     eager = [fake_metrics("eager", epochs=3, spread=(1.01, 1.0, 1.0), step="eager"), metrics[0]]

@@ -237,11 +237,11 @@ def memory_per_job(study: Study) -> list[str]:
     )
     if tuned:
         line += (
-            f" The first seed of a job peaked higher, by {', '.join(tuned)}: with graph or "
-            "compiled steps it pays cuDNN's autotuning (cudnn.benchmark), which tries several "
-            "algorithms per new shape, each with its workspace; the later seeds reuse the tuned "
-            "plans (bench/seed_memory.py reproduces it with autotuning on and off). A job of one "
-            "seed needs that much more."
+            f" The first seed of a job peaked higher, by {', '.join(tuned)}, with graph or "
+            "compiled steps, where cuDNN's autotuning (cudnn.benchmark) is on: it tries several "
+            "algorithms per new shape, each with its workspace, and bench/seed_memory.py "
+            "reproduced such an excess with autotuning on, none with it off, on another host; "
+            "for these runs it was not isolated. A job of one seed needs that much more."
         )
     if other:
         line += (
