@@ -559,3 +559,15 @@ def test_a_comparison_with_a_study_not_compared_here_says_why_not_that_it_is_abs
              "(studies.parallelism.compare_with)")  # fmt: skip
     with pytest.raises(comparisons.NotMeasured, match=f"^{re.escape(named)}$"):
         comparisons.compare(s, "ddp", "cluster_torchrun/n1xp1", "samples_per_s", other=other)
+
+
+def test_a_memory_finding_gives_its_size_in_mib_and_percent():
+    """A1 read "1.005× …, heavier" for 0.43 MiB: seeds that agree to the byte make any
+    difference a finding, so its size is said beside it."""
+    same = {"epochs": 3, "spread": (1.0, 1.0, 1.0)}
+    pair = study(fake_metrics("one", launcher="single", gpu_mib=87.9, **same),
+                 fake_metrics("ddp", launcher="torchrun", nproc_per_node=2, gpu_mib=88.33,
+                              **same))  # fmt: skip
+    memory = comparisons.compare(pair, "ddp", "one", "memory", A1["factor"])
+    assert memory.brief.startswith("1.005× (+0.4 MiB, +0.5%; warm seeds 1 and 2; "), memory.brief
+    assert memory.verdict == "heavier"

@@ -200,6 +200,14 @@ def compare(
         phrase = Ratio.of(result, means + also, unit)
         figure, interval = phrase.figure, phrase.interval
         value, verdict = phrase.value, phrase.judge(spec.more, spec.less)
+        # Memory's size in MiB and % too: a ratio near 1 may be a finding of a few bytes (a
+        # warm process's seeds agree to the byte), and the reader weighs it by its size.
+        if spec.unit == "MiB" and result is not None and not result.identical:
+            size = (_mean(a, spec) - _mean(b, spec)) * spec.scale
+            seeds = "; ".join(filter(None, (
+                minus(f"{size:+,.{spec.decimals}f} {spec.unit}, {100 * (result.value - 1):+.1f}%"),
+                seeds,
+            )))  # fmt: skip
     else:
         result = stats.paired(stats.difference, *pairs)
         value, interval = points_strings(result)
