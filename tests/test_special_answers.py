@@ -444,9 +444,11 @@ def test_d4_what_ran_state_against_the_closed_form_at_the_largest_n_and_the_step
         "fully_shard, no reshard after forward 4.00 against 4.00, agrees; fully_shard (ZeRO-3) "
         "4.00 against 4.00, agrees"
     )
+    # Every sharded strategy against DDP (the course asks for each), the most sharded last.
     r = stats.ratio(STEPS["none"], STEPS["full"])
-    assert facts["step"] == (
-        f"fully_shard (ZeRO-3) {r.value:.2f}× ({r.low:.2f}–{r.high:.2f}×; "
+    assert facts["step"].startswith("ZeroRedundancyOptimizer (ZeRO-1) 0.8")
+    assert facts["step"].endswith(
+        f"; fully_shard (ZeRO-3) {r.value:.2f}× ({r.low:.2f}–{r.high:.2f}×; "
         "32.7 ± 4.3 vs 15.00 ± 0.25 ms), slower"  # not "15 ± 0.248"
     )
 
@@ -803,3 +805,21 @@ def test_c_names_every_mode_timed_only_and_no_mode_whose_accuracy_failed():
     assert Measured(rows, [], []).timed_only() == (
         "the mode fused was timed only, not trained for accuracy (the config's accuracy_modes)"
     )
+
+
+def test_d4_gives_each_ranks_peak_and_says_why_an_n_the_course_asks_for_did_not_run(tmp_path):
+    """The example's D4 line listed what ran, its peaks per rank sat in a closed note, and why
+    N = 4 was not run went unsaid."""
+    rows = [r | {"peak_allocated_bytes": 2**30 * (9 - 2 * k),
+                 "peak_predicted_bytes": 2**30 * (9 - 2 * k) - 2**26}
+            for k, r in enumerate(shard_rows(n=2)[:4])]  # fmt: skip
+    summary = {"status": "ok", "rows": rows, "config": {"processes": [2]}}
+    _, facts = STUDIES["sharding"].facts(summary, tmp_path)
+    assert facts["ns"] == (
+        "N = 2 only (N = 4 not run: this config's special_studies.sharding.processes is [2])"
+    )
+    assert (
+        "DDP 16.00 against 16.00, agrees, its peak 9.00 GiB (predicted 8.94 GiB)"
+        in (facts["memory"])
+    )
+    assert facts["step"].count("× (") == 3  # every sharded strategy against DDP

@@ -59,6 +59,10 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
                 f" (the split the implementation makes gives {expected / p:.2f}: "
                 f"{closeness(measured, expected / p)})"
             )
+        if r.get("peak_allocated_bytes"):  # the course's memory: the peak per rank
+            text += f", its peak {_gib(r['peak_allocated_bytes'])}"
+            if r.get("peak_predicted_bytes"):
+                text += f" (predicted {_gib(r['peak_predicted_bytes'])})"
         memory.append(text)
     done = {s: r for s, r in mine.items() if r["status"] == OK}
     where = f"{n} {DEVICES.get(device, device).removeprefix('the ')} ranks"
@@ -68,7 +72,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         + elsewhere([r for r in rows if r["device"] != device])
         + elsewhere(more, f"{DEVICES.get(device, device).removeprefix('the ')} rows of more ranks"),
         "parameters": _parameters(next(iter(done.values()))["parameters"]),
-        "ns": _rank_counts(rows, device, n),
+        "ns": _rank_counts(rows, device, n) + _not_run(summary),
         "ran": "; ".join(ran),
         "memory": "; ".join(memory),
     }
@@ -77,11 +81,37 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         missing = "DDP did not run" if "none" not in done else "no sharded strategy ran"
         facts["step"] = not_measured(f"{missing} on {where}")
         return "measured", facts
-    ddp, other = done["none"], done[sharded]
-    step_means = (fmt_mean(row, "step_ms", "step_ms_ci95") for row in (other, ddp))
-    means = " vs ".join(step_means) + " ms"
-    facts["step"] = f"{other['stage']} {speed(_steps(ddp), _steps(other), means)}"
+    ddp = done["none"]
+    steps = []
+    for strategy in order:
+        if strategy == "none" or strategy not in done:
+            continue
+        other = done[strategy]
+        step_means = (fmt_mean(row, "step_ms", "step_ms_ci95") for row in (other, ddp))
+        means = " vs ".join(step_means) + " ms"
+        steps.append(f"{other['stage']} {speed(_steps(ddp), _steps(other), means)}")
+    facts["step"] = "; ".join(steps)
     return "measured", facts
+
+
+# The numbers of ranks the course asks D4 for.
+COURSE_RANKS = (2, 4)
+
+
+def _not_run(summary: dict[str, Any]) -> str:
+    """Where the config left out a number of ranks the course asks for, that it did."""
+    asked = (summary.get("config") or {}).get("processes")
+    left = [n for n in COURSE_RANKS if asked is not None and n not in asked]
+    if not left:
+        return ""
+    return (
+        f" (N = {' and '.join(map(str, left))} not run: this config's "
+        f"special_studies.sharding.processes is {asked})"
+    )
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
 
 
 def _rank_counts(rows: list[dict[str, Any]], device: str, n: int) -> str:
