@@ -23,7 +23,7 @@ PATH_KEYS = ("loader", "step")
 # What a study's runs shared, by config `isolation`, for its provenance line. Where none of
 # them overlapped another job in time, the page says so instead (page.ran_alone).
 SHARED = {
-    "host": "each job had the host to itself",
+    "host": "no other job of this DAG beside it",
     "devices": "beside other jobs on other cores and GPUs (the CPU package shared)",
     "none": "shared host, timings not comparable",
 }
@@ -248,6 +248,7 @@ class Study:
             "card": each(cards),
             "torch": each([h.get("torch") for h in hosts]),
             "isolation": "; ".join(SHARED.get(i, i) for i in sorted(self.isolation)),
+            "load": _load(ran),
         }
 
     def model_table(self) -> dict[str, Any] | None:
@@ -480,3 +481,24 @@ def _gpu_memory_per_gpu(metrics: dict[str, Any]) -> str | None:
     if metrics["status"] != OK:
         return None
     return " / ".join(cells.mib(b) for b in record.per_gpu_peaks(metrics) or []) or None
+
+
+def _load(ran: list[dict[str, Any]]) -> str:
+    """What shared the host, as measured rather than as configured: the host's 1-minute load
+    average as each run began against its cores, and how far apart one seed's steady epochs
+    (identical work) ran, the most over the runs' seeds; empty where neither was recorded."""
+    loads = [m["launch"]["load_average_before"][0] for m in ran
+             if (m.get("launch") or {}).get("load_average_before")]  # fmt: skip
+    cores = {m["host"].get("cpu_count") for m in ran} - {None}
+    spreads = [max(e) / min(e) for m in ran for seed in m.get("seeds") or []
+               if len(e := record.steady_epochs(seed)) > 1 and min(e) > 0]  # fmt: skip
+    parts = []
+    if loads:
+        span = (
+            f"{min(loads):.1f}–{max(loads):.1f}" if max(loads) > min(loads) else f"{loads[0]:.1f}"
+        )
+        on = f" on {'/'.join(map(str, sorted(cores)))} cores" if cores else ""
+        parts.append(f"host load as its runs began {span}{on}")
+    if spreads:
+        parts.append(f"a seed's steady epochs up to {max(spreads):.2f}× apart")
+    return ", ".join(parts)
