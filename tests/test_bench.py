@@ -231,3 +231,29 @@ def test_the_cpu_autocast_benchmark_profiles_a3s_step_in_each_precision(tmp_path
         "forward_training", "backward_data", "backward_weights"}  # fmt: skip
     assert "oneDNN's convolution: forward_training " in done.stdout
     assert "fp16:" in done.stdout and "x fp32" in done.stdout
+
+
+def test_peak_source_replays_the_allocators_history_to_the_peak_and_names_who_allocated():
+    """bench/peak_source.py's replay (its GPU part runs on a lent host): the most bytes alive
+    at once, and the blocks alive then summed by the first frame of this project's code."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import peak_source
+
+    def frames(where):
+        return [{"filename": "/x/torch/nn/modules/conv.py", "name": "forward"},
+                {"filename": f"/r/workflow/scripts/dmls/{where}", "name": "step"}]  # fmt: skip
+
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": frames("training/trainer.py")},
+        {"action": "alloc", "addr": 2, "size": 50, "frames": frames("data/device_resident.py")},
+        {"action": "free_completed", "addr": 2},
+        {"action": "alloc", "addr": 3, "size": 70, "frames": frames("data/device_resident.py")},
+        {"action": "alloc", "addr": 4, "size": 5, "frames": []},
+        {"action": "free_completed", "addr": 3},
+        {"action": "free_completed", "addr": 4},
+        {"action": "alloc", "addr": 5, "size": 60, "frames": frames("training/trainer.py")},
+    ]  # fmt: skip
+    most, by = peak_source.peak_blocks(trace)
+    assert most == 175  # 100 + 70 + 5, before the 70 was freed
+    assert by == {"training/trainer.py:step": 100, "data/device_resident.py:step": 70,
+                  "(C++)": 5}  # fmt: skip
