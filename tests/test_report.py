@@ -1365,7 +1365,4 @@ def test_what_shared_the_host_is_said_from_what_was_measured():
         seed["history"][1]["train_time_s"], seed["history"][2]["train_time_s"] = 1.56, 18.56
     p = Study.from_metrics("parallelism", {}, [m]).provenance()
     cores = m["host"]["cpu_count"]
-    assert p["load"] == (
-        f"host load as its runs began 3.2 on {cores} cores, a seed's steady epochs up to "
-        "11.90× apart"
-    )
+    assert p["load"] == f"load 3.2/{cores} cores; epochs ≤11.90× apart"

@@ -536,7 +536,6 @@ def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
         "time": block | {"metric": "cpu_time_ms"}, "memory": block,
         "time_per_layer": block | {"metric": "cpu_time_ms",
                                    "modules": {"Linear": 2, "BatchNorm": 1}},
-        "memory_per_layer": block | {"modules": {"Linear": 2, "BatchNorm": 1}},
         "activations": block | {"metric": "cpu_time_ms", "slowest": "gelu", "fastest": "relu",
                                 "means": {"gelu": 2.0, "relu": 1.0},
                                 "vs_batchnorm": {"gelu": same, "relu": same},

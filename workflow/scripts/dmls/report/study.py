@@ -497,8 +497,8 @@ def _load(ran: list[dict[str, Any]]) -> str:
         span = (
             f"{min(loads):.1f}–{max(loads):.1f}" if max(loads) > min(loads) else f"{loads[0]:.1f}"
         )
-        on = f" on {'/'.join(map(str, sorted(cores)))} cores" if cores else ""
-        parts.append(f"host load as its runs began {span}{on}")
+        on = f"/{'/'.join(map(str, sorted(cores)))} cores" if cores else ""
+        parts.append(f"load {span}{on}")
     if spreads:
-        parts.append(f"a seed's steady epochs up to {max(spreads):.2f}× apart")
-    return ", ".join(parts)
+        parts.append(f"epochs ≤{max(spreads):.2f}× apart")
+    return "; ".join(parts)

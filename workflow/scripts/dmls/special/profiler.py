@@ -357,7 +357,6 @@ def verdicts(repeat_rows: list[dict[str, Any]], activations: list[str]) -> dict[
                 "time": _costliest(repeat_rows, device, a, time_metric),
                 "memory": _costliest(repeat_rows, device, a, memory_metric),
                 "time_per_layer": _costliest(repeat_rows, device, a, time_metric, True),
-                "memory_per_layer": _costliest(repeat_rows, device, a, memory_metric, True),
             }
             for a in activations
         }

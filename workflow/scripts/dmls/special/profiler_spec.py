@@ -12,7 +12,7 @@ from dmls.report.comparisons import NotMeasured, Ratio
 from dmls.report.special_answers import (
     finished_rows,
 )
-from dmls.report.wording import DEVICES, fmt_sig, minus, ratio_text
+from dmls.report.wording import DEVICES, fmt_sig, minus, ratio_strings
 from dmls.study_spec import Facts, StudySpec, Table
 
 
@@ -59,7 +59,6 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         "time": costlier(v["time"], "costliest", "second"),
         "memory": costlier(v["memory"], "costliest", "second"),
         "time_per_layer": costlier(v["time_per_layer"], "costliest", "second"),
-        "memory_per_layer": costlier(v["memory_per_layer"], "costliest", "second"),
         "modules": _modules(v["time_per_layer"]["modules"]),
         "activations": costlier(block, "slowest", "fastest", "slower", "faster"),
         "ranking": _ranking(block, unit.get(block["metric"], "")),
@@ -68,7 +67,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
             for name, r in sorted(block["vs_batchnorm"].items(), key=lambda i: i[1]["value"])
         ),
         "control": "; ".join(
-            f"in {name}'s model {_ratio(r, 'repeat', 'slower', 'faster')}"
+            f"{name}'s {_ratio(r, 'repeat', 'slower', 'faster')}"
             for name, r in block["control"].items()
             if name not in ("kind", "reference")
         ),
@@ -83,13 +82,14 @@ def _ratio(r: dict[str, Any], unit: str, more: str, less: str) -> str:
         return "not measured"
     n = 2 if r.get("low") is not None else 1
     result = stats.Comparison(r["value"], r.get("low"), r.get("high"), n, n, 1.0)
-    return ratio_text(result, more, less, unit)
+    value, interval = ratio_strings(result)
+    verdict = stats.verdict(result, more, less, unit)
+    return f"{value} ({interval}), {verdict}" if interval else f"{value}, {verdict}"
 
 
 def _modules(modules: dict[str, int]) -> str:
-    """'2 Linear, 1 BatchNorm and 1 Activation modules'."""
-    parts = [f"{n} {kind}" for kind, n in modules.items()]
-    return f"{', '.join(parts[:-1])} and {parts[-1]} modules" if len(parts) > 1 else parts[0]
+    """'2 Linear, 1 BatchNorm, 1 Activation'."""
+    return ", ".join(f"{n} {kind}" for kind, n in modules.items())
 
 
 def _drift(drift: dict[str, Any] | None) -> str:
@@ -101,9 +101,8 @@ def _drift(drift: dict[str, Any] | None) -> str:
                                          drift["passes"], drift["passes"], 0.0))  # fmt: skip
     said = {stats.MORE: "it slowed", stats.LESS: "it sped up"}.get(way, "within its noise")
     return minus(
-        f"{100 * drift['over_study']:+.1f}% of its mean from the first pass to the last, "
-        f"{drift['seconds']:.0f} s later (95% interval {100 * drift['low']:+.1f} to "
-        f"{100 * drift['high']:+.1f}%), {said}"
+        f"{100 * drift['over_study']:+.1f}% ({100 * drift['low']:+.1f} to "
+        f"{100 * drift['high']:+.1f}%) over the study's {drift['seconds']:.0f} s, {said}"
     )
 
 
