@@ -109,17 +109,24 @@ def test_a_folder_the_user_set_that_names_nothing_still_stops_the_plan(tmp_path)
     assert f"data.fashion_mnist.debian_dir: {tmp_path / 'mine'} does not exist" in said
 
 
-def test_offline_without_debians_package_c_is_skipped_with_the_reason(tmp_path):
+def test_offline_without_debians_package_c_and_d4_are_skipped_with_the_reason(tmp_path):
     """The main command's Fashion-MNIST on a fresh machine, offline: the plan says it will be
     downloaded or skipped, the preparation writes an unavailable manifest naming Debian's
-    package and the failed download, and study C ends skipped with that reason."""
+    package and the failed download, and studies C and D4 end skipped with that reason (D4's
+    CPU parts once started their ranks and failed in them: 'rank 0 raised DataUnavailable')."""
     results = tmp_path / "results"
+    # (D4 waits for the collectives sweep, which has nothing to do with the data: off here.)
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(
+        f"results_dir: {results}\n"
+        f"data: {{fashion_mnist: {{cache_dir: {tmp_path / 'cache'}}}}}\n"
+        "special_studies: {collectives: {enabled: false}}\n"
+    )
+    targets = [str(results / "studies" / s / "summary.json") for s in ("fused_conv", "sharding")]
     out = on_a_fresh_machine(
-        [str(BIN / "snakemake"), "--cores", "2", "--config", f"results_dir={results}",
-         "data={'fashion_mnist': {'cache_dir': '" + str(tmp_path / "cache") + "'}}",
-         "--", str(results / "studies" / "fused_conv" / "summary.json")],
+        [str(BIN / "snakemake"), "--cores", "2", "--configfile", str(extra), "--", *targets],
         tmp_path,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert (
         "Fashion-MNIST: Debian's dataset-fashion-mnist is not installed "
@@ -137,6 +144,10 @@ def test_offline_without_debians_package_c_is_skipped_with_the_reason(tmp_path):
     summary = json.loads((results / "studies" / "fused_conv" / "summary.json").read_text())
     assert summary["status"] == "skipped", summary
     assert "dataset fashion_mnist unavailable: Fashion-MNIST: Debian's" in out.stderr
+    sharding = json.loads((results / "studies" / "sharding" / "summary.json").read_text())
+    cpu = [r for r in sharding["rows"] if r["device"] == "cpu"]
+    assert cpu and all(r["status"] == "skipped" for r in cpu), cpu
+    assert all(r["reason"].startswith("dataset fashion_mnist unavailable: ") for r in cpu)
 
 
 def _idx_files(folder: Path) -> None:

@@ -395,6 +395,11 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
     sweep_file = cfg.get("collectives_csv")
     sweep = pd.read_csv(sweep_file) if sweep_file and Path(sweep_file).exists() else None
     manifest = json.loads((Path(data_dir) / f"{cfg['dataset']}.json").read_text())
+    # Data that could not be had here (offline, without Debian's package): every part is
+    # skipped with the preparation's reason, as C's are, not started to fail in its ranks.
+    no_data = None
+    if manifest.get("status") == "unavailable":
+        no_data = f"dataset {cfg['dataset']} unavailable: {manifest.get('reason')}"
     rows: list[dict[str, Any]] = []
     # Each measured setup's records, kept until the study has written its results: a study
     # stopped part-way (a time limit, a lost machine) measures only the setups left when it
@@ -406,7 +411,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
                 spec = run_spec(cfg, device, strategy, n)
                 base = {"device": device, "processes": n, "strategy": strategy,
                         "stage": STAGES[strategy]}  # fmt: skip
-                if (reason := unavailable(device, n)) is not None:
+                if (reason := unavailable(device, n) or no_data) is not None:
                     rows.append(base | {"status": "skipped", "reason": reason})
                     continue
                 log.info("D4: %s (%s) on %d %s rank(s)", strategy, STAGES[strategy], n, device)
