@@ -202,7 +202,8 @@ class Study:
 
     @property
     def isolation(self) -> set[str]:
-        """What the finished runs shared with other jobs (config `isolation`): `host` (nothing),
+        """What the finished runs shared with other jobs (config `isolation`): `host` (no other
+        job of the DAG; what else ran on the host is measured: `provenance`'s load),
         `devices` (the CPU package, not their cores or GPUs) or `none` (everything)."""
 
         def of(launch: dict[str, Any]) -> str:
