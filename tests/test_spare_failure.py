@@ -5,6 +5,7 @@ import csv
 import numpy as np
 import pytest
 
+from dmls import stats
 from dmls.special import spare_failure
 
 
@@ -33,9 +34,9 @@ def test_small_probabilities_keep_their_digits():
 
 
 def test_wilson_interval_matches_the_textbook_value():
-    low, high = spare_failure.wilson_interval(50, 100, 0.95)
+    low, high = stats.proportion_interval(50, 100, 0.95)
     assert (low, high) == (pytest.approx(0.4038, abs=1e-4), pytest.approx(0.5962, abs=1e-4))
-    assert spare_failure.wilson_interval(0, 1000, 0.99)[0] == 0.0
+    assert stats.proportion_interval(0, 1000, 0.99)[0] == 0.0
 
 
 @pytest.mark.parametrize("p", [[0.05] * 4, [0.01, 0.02, 0.05, 0.1, 0.2], [0.3], [0.01] * 7 + [0.3]])

@@ -16,6 +16,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 import numpy as np
 
@@ -292,3 +293,33 @@ def curvature(
         half = float(_scipy_stats().t.ppf((1 + confidence) / 2, n - 3)) * se
         low, high = float(coef[0]) - half, float(coef[0]) + half
     return Comparison(float(coef[0]), low, high, n, n, 0.0)
+
+
+# --- Proportions (D2's Monte Carlo) ------------------------------------------------------------
+
+
+def proportion_interval(successes: int, trials: int, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p ± z·se)."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    phat = successes / trials
+    denom = 1 + z * z / trials
+    centre = (phat + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(phat * (1 - phat) / trials + z * z / (4 * trials * trials)) / denom
+    # At 0 or n successes one end is exactly the bound; computed, it would be off by rounding.
+    low = 0.0 if successes == 0 else centre - half
+    high = 1.0 if successes == trials else centre + half
+    return low, high
+
+
+def misses_tail(outside: int, intervals: int, confidence: float) -> float:
+    """The binomial chance of at least `outside` of `intervals` intervals at `confidence`
+    missing their true value, each with probability 1 - confidence (1 with none outside)."""
+    if not outside:
+        return 1.0
+    return float(_scipy_stats().binom.sf(outside - 1, intervals, 1 - confidence))
+
+
+def by_chance(tail: float) -> bool:
+    """Whether a chance (`misses_tail`) is within what chance gives, at the one rule's level:
+    at least 1 - CONFIDENCE."""
+    return tail >= 1 - CONFIDENCE

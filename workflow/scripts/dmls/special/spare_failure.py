@@ -13,14 +13,13 @@ estimate is a proportion, given with its Wilson score interval.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
+from dmls import stats
 from dmls.files import new_figure, save_figure, write_csv
 
 log = logging.getLogger(__name__)
@@ -79,19 +78,6 @@ def closed_forms(p: Sequence[float]) -> dict[str, float]:
     }
 
 
-def wilson_interval(successes: int, trials: int, confidence: float) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p ± z·se)."""
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    phat = successes / trials
-    denom = 1 + z * z / trials
-    centre = (phat + z * z / (2 * trials)) / denom
-    half = z * math.sqrt(phat * (1 - phat) / trials + z * z / (4 * trials * trials)) / denom
-    # At 0 or n successes one end is exactly the bound; computed, it would be off by rounding.
-    low = 0.0 if successes == 0 else centre - half
-    high = 1.0 if successes == trials else centre + half
-    return low, high
-
-
 def monte_carlo(
     p: Sequence[float], trials: int, confidence: float, rng: np.random.Generator
 ) -> dict[str, dict[str, float]]:
@@ -112,7 +98,7 @@ def monte_carlo(
     }
     out = {}
     for quantity, k in counts.items():
-        low, high = wilson_interval(k, trials, confidence)
+        low, high = stats.proportion_interval(k, trials, confidence)
         out[quantity] = {"estimate": k / trials, "ci_low": low, "ci_high": high}
     return out
 

@@ -8,17 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scipy import stats as scipy_stats
-
+from dmls import stats
 from dmls.report.comparisons import NotMeasured
 from dmls.report.special_answers import finished_rows, read_csv_rows
 from dmls.report.study import OK
 from dmls.report.wording import fmt_num, fmt_percent, fmt_sig
 from dmls.study_spec import Facts, StudySpec, Table
-
-# D2: misses of the Monte Carlo intervals are put down to chance while the binomial chance of
-# at least as many (at the intervals' confidence) is at least this.
-CHANCE = 0.05
 
 
 def facts(summary: dict[str, Any], folder: Path) -> Facts:
@@ -26,7 +21,8 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     reduction, closed form with the Monte Carlo estimate and interval; and whether every
     closed form (the vectors' and the curve's, curve.csv) lies in its Monte Carlo interval,
     checked from the numbers (not the within_ci flag). Cases: "all_within"; "within_chance"
-    where some lie outside but no more than chance explains (CHANCE); "outside" where more do."""
+    where some lie outside but no more than chance explains (stats.misses_tail and
+    stats.by_chance: at the one rule's level); "outside" where more do."""
     rows = [r for r in finished_rows(summary) if r["status"] == OK]
     name = rows[0]["vector"]
     mine = {r["quantity"]: r for r in rows if r["vector"] == name}
@@ -39,10 +35,8 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         not (float(r["ci_low"]) <= float(r["closed_form"]) <= float(r["ci_high"])) for r in checked
     )
     miss = 1 - confidence
-    # The chance of at least `outside` misses among `total` intervals that each miss with
-    # probability 1 - confidence.
-    tail = float(scipy_stats.binom.sf(outside - 1, total, miss)) if outside else 1.0
-    case = "all_within" if not outside else "within_chance" if tail >= CHANCE else "outside"
+    tail = stats.misses_tail(outside, total, confidence)
+    case = "all_within" if not outside else "within_chance" if stats.by_chance(tail) else "outside"
 
     def probability(r: dict[str, Any]) -> str:
         return (
