@@ -755,7 +755,8 @@ def test_generalization_flags_test_loss_rising_while_train_loss_falls():
     ]
     metrics = [
         fake_metrics("steady", epochs=3),
-        fake_metrics("overfits", epochs=4, history=history),
+        # Three seeds, each rising from epoch 2 (the rule: an interval over the seeds).
+        fake_metrics("overfits", epochs=4, history=history, spread=(0.95, 1.0, 1.05)),
     ]
     result = observations.generalization(Study.from_metrics("parallelism", {}, metrics))
     rows = {row[0]: row for row in result["rows"]}
@@ -1366,3 +1367,25 @@ def test_what_shared_the_host_is_said_from_what_was_measured():
     p = Study.from_metrics("parallelism", {}, [m]).provenance()
     cores = m["host"]["cpu_count"]
     assert p["load"] == f"load 3.2/{cores} cores; epochs ≤11.90× apart"
+
+
+def test_overfitting_is_a_rise_beyond_seed_noise_not_a_share_of_the_mean():
+    """A rise was once called overfitting when the mean curve ended 1% above its minimum, a
+    threshold with no seeds in it. Now each seed's rise from the minimum's epoch to the last
+    is compared with 0 over the seeds: rises that disagree in sign are seed noise, however
+    large the mean's; one seed tells none."""
+
+    def run(name, seeds):
+        m = fake_metrics(name, epochs=3, spread=(1.0,) * len(seeds))
+        for seed, (mid, last) in zip(m["seeds"], seeds, strict=True):
+            for row, loss in zip(seed["history"], (2.0, mid, last), strict=True):
+                row["test_loss"], row["train_loss"] = loss, 3.0 / row["epoch"]
+        return m | record.combine(m)
+
+    study = Study.from_metrics("parallelism", {}, [
+        run("rises", [(1.0, 1.10), (1.0, 1.12), (1.0, 1.11)]),
+        run("noise", [(1.0, 1.30), (1.0, 0.98), (1.0, 0.99)]),
+        run("one", [(1.0, 1.5)]),
+    ])  # fmt: skip
+    flags = {r[0]: r[5] for r in observations.generalization(study)["rows"]}
+    assert flags == {"rises": "yes", "noise": "no", "one": "no"}

@@ -205,6 +205,15 @@ def ratio(
     )
 
 
+def change(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Comparison | None:
+    """The mean of paired changes (each seed's value at one point minus at another) against
+    no change (null 0), with its Student-t interval over them; None without a finite value."""
+    estimate = mean_interval(values, confidence)
+    if estimate is None:
+        return None
+    return Comparison(estimate.mean, estimate.low, estimate.high, estimate.n, estimate.n, 0.0)
+
+
 def turns(conditions: Sequence[str], repeats: int, seed: int) -> list[list[str]]:
     """The order each repeat of a timed comparison measures its `conditions` in: every
     condition once per repeat, in an order drawn afresh for each (seeded: a rerun takes the
