@@ -42,11 +42,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         both = f"{fmt_sig(means[block[first]], 3)} vs {fmt_sig(means[block[second]], 3)} {u}"
         if block.get("value") is None:
             return f"{block[first]} ({both})"
-        ratio = stats.Comparison(
-            block["value"], block.get("low"), block.get("high"), block.get("n", 1),
-            block.get("n", 1), 1.0,
-        )  # fmt: skip
-        phrase = Ratio.of(ratio, both, "repeat")
+        phrase = Ratio.of(_stored(block), both, "repeat")
         verdict = phrase.judge(word, less)
         return f"{block[first]}, {phrase.value} {block[second]}'s ({phrase.inside}), {verdict}"
 
@@ -80,11 +76,16 @@ def _ratio(r: dict[str, Any], unit: str, more: str, less: str) -> str:
     """A stored ratio (value, low, high) as the answers write one, with its verdict."""
     if r.get("value") is None:
         return "not measured"
-    n = 2 if r.get("low") is not None else 1
-    result = stats.Comparison(r["value"], r.get("low"), r.get("high"), n, n, 1.0)
+    result = _stored(r)
     value, interval = ratio_strings(result)
     verdict = stats.verdict(result, more, less, unit)
     return f"{value} ({interval}), {verdict}" if interval else f"{value}, {verdict}"
+
+
+def _stored(r: dict[str, Any]) -> stats.Comparison:
+    """A ratio as the study stored it (value, low, high; `n` repeats) read back as numbers."""
+    n = r.get("n") or (2 if r.get("low") is not None else 1)
+    return stats.Comparison(r["value"], r.get("low"), r.get("high"), n, n, 1.0)
 
 
 def _modules(modules: dict[str, int]) -> str:
