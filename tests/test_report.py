@@ -18,7 +18,7 @@ from conftest import ROOT, make_spec
 from dmls import record, summary
 from dmls.config.studies import run_labels, varying_settings
 from dmls.files import write_json
-from dmls.report import captions, figures, observations, page, section, special
+from dmls.report import captions, figures, observations, overfitting, page, section, special
 from dmls.report.aggregate import read_all, runs_table, seeds_table, summarize
 from dmls.report.cells import MIB, cell, epoch_seconds
 from dmls.report.study import ReportError, Study
@@ -758,7 +758,7 @@ def test_generalization_flags_test_loss_rising_while_train_loss_falls():
         # Three seeds, each rising from epoch 2 (the rule: an interval over the seeds).
         fake_metrics("overfits", epochs=4, history=history, spread=(0.95, 1.0, 1.05)),
     ]
-    result = observations.generalization(Study.from_metrics("parallelism", {}, metrics))
+    result = overfitting.generalization(Study.from_metrics("parallelism", {}, metrics))
     rows = {row[0]: row for row in result["rows"]}
     assert rows["overfits"][3] == "2 of 4" and rows["overfits"][5] == "yes"
     assert rows["overfits"][1] == "40.0"  # train 90% vs test 50% at the end
@@ -1387,5 +1387,5 @@ def test_overfitting_is_a_rise_beyond_seed_noise_not_a_share_of_the_mean():
         run("noise", [(1.0, 1.30), (1.0, 0.98), (1.0, 0.99)]),
         run("one", [(1.0, 1.5)]),
     ])  # fmt: skip
-    flags = {r[0]: r[5] for r in observations.generalization(study)["rows"]}
+    flags = {r[0]: r[5] for r in overfitting.generalization(study)["rows"]}
     assert flags == {"rises": "yes", "noise": "no", "one": "no"}

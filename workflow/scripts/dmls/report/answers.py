@@ -45,7 +45,7 @@ from dmls.report.comparisons import (
     metric_label,
     require_finished,
 )
-from dmls.report.observations import held_out_loss, held_out_minimum
+from dmls.report.overfitting import held_out_loss, held_out_minimum
 from dmls.report.study import OK, Study
 from dmls.report.wording import minus, signed
 

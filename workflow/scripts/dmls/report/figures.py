@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from dmls import record
 from dmls.files import save_figure
 from dmls.report.cells import MIB, missing
-from dmls.report.observations import held_out_loss
+from dmls.report.overfitting import held_out_loss
 from dmls.report.study import OK, Study
 from dmls.stats import Comparison
 

@@ -10,7 +10,7 @@ import yaml
 
 from dmls import record
 from dmls.files import atomic_write, write_json
-from dmls.report import answers, figures, observations
+from dmls.report import answers, figures, observations, overfitting
 from dmls.report.study import Study
 
 
@@ -53,7 +53,7 @@ def build(
         "provenance": study.provenance(),
         "model": study.model_table(),
         "observations": observations.all_observations(study, other, collectives),
-        "generalization": observations.generalization(study),
+        "generalization": overfitting.generalization(study),
         "figures": [{"name": name, "file": _relative(path, out_dir)} for name, path in drawn],
         "curves": curves,
         # Each section's answer to its question, by the section's key (dmls.report.answers),
