@@ -510,10 +510,14 @@ def test_b4_names_the_costliest_module_kind_and_slowest_activation_with_interval
     cpu = summary["verdicts"]["by_device"]["cpu"]
     time = cpu["time"]
     assert facts["device"] == "the CPU" and facts["repeats"] == "3"
-    assert facts["time"].startswith(
-        f"{time['costliest']}, {time['value']:.2f}× {time['second']}'s ("
-        f"{time['low']:.2f}–{time['high']:.2f}×; "
+    # The study's own ratio, with the decimals that show its side of 1 (wording.ratio_strings:
+    # an interval near 1 gets more), whatever these timings came out as.
+    value, interval = ratio_strings(
+        stats.Comparison(time["value"], time["low"], time["high"], 3, 3, 1.0)
     )
+    assert facts["time"].startswith(
+        f"{time['costliest']}, {value} {time['second']}'s ({interval}; "
+    ), facts["time"]
     slowest = cpu["activations"]["slowest"]
     assert facts["activations"].startswith(f"{slowest}, ") and slowest in ("relu", "gelu")
     # Every activation the study swapped in is named with its time, fastest first.
