@@ -150,6 +150,50 @@ def test_an_import_that_climbs_is_caught(tmp_path):
     assert ["dmls.files", "dmls.stats"] in circles(copy)
 
 
+def word_modules(package: Path) -> list[str]:
+    """The report's modules that write words (dmls/report/quantities.py's WORD_MODULES)."""
+    tree = ast.parse((package / "report" / "quantities.py").read_text())
+    found = next(
+        node.value for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "WORD_MODULES"
+    )  # fmt: skip
+    return [f"dmls.report.{name}" for name in ast.literal_eval(found)]
+
+
+def words_that_compute(package: Path) -> list[str]:
+    """Every word module that imports dmls.stats or dmls.record itself, rather than reading the
+    numbers layer (dmls.report.quantities)."""
+    graph = imports(package)
+    return [
+        f"{module} imports {target}"
+        for module in word_modules(package)
+        for target in sorted(graph[module])
+        if target in ("dmls.stats", "dmls.record") or target.startswith(("dmls.stats.",
+                                                                           "dmls.record."))
+    ]  # fmt: skip
+
+
+def test_the_words_read_numbers_and_compute_none():
+    """answers, observations, comparisons, wording ... render what dmls.report.quantities computed:
+    none imports dmls.stats or dmls.record (a statistic computed in a sentence's module is how
+    one ratio came to be computed three ways)."""
+    assert len(word_modules(PACKAGE)) >= 8
+    assert words_that_compute(PACKAGE) == []
+
+
+def test_a_word_module_that_computes_is_caught(tmp_path):
+    copy = tmp_path / "dmls"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    answers = copy / "report" / "answers.py"
+    answers.write_text(answers.read_text() + "\n\ndef f():\n    from dmls.stats import ratio\n")
+    wording = copy / "report" / "wording.py"
+    wording.write_text(wording.read_text() + "\nfrom dmls import record  # planted\n")
+    assert words_that_compute(copy) == [
+        "dmls.report.answers imports dmls.stats",
+        "dmls.report.wording imports dmls.record",
+    ]
+
+
 def test_no_modules_import_each_other_in_a_circle():
     assert circles(PACKAGE) == []
 

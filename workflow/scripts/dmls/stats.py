@@ -126,6 +126,16 @@ class Comparison:
         """The same comparison judged against another null (a speed-up against the ideal)."""
         return replace(self, null=null)
 
+    @property
+    def finding(self) -> str:
+        """The one rule's reading of this comparison (`finding`: MORE, LESS, NO_EFFECT,
+        TOO_FEW), so that the words read it without computing it."""
+        return finding(self)
+
+    def verdict(self, more: str, less: str, unit: str = "seed") -> str:
+        """The one rule's reading in words (`verdict`)."""
+        return verdict(self, more, less, unit)
+
 
 # --- The one verdict rule --------------------------------------------------------------------
 # Every sentence, table, caption and compare.html judges a comparison here, by its 95% interval
@@ -203,6 +213,62 @@ def ratio(
         len(y),
         1.0,
     )
+
+
+@dataclass(frozen=True)
+class JobNoise:
+    """How much two jobs of identical settings differ (an A/A control): the variance of a
+    job's mean log value around its group's mean, pooled over groups of identical jobs, and its
+    degrees of freedom (the jobs less one per group); `jobs` the jobs it is over."""
+
+    variance: float
+    df: int
+    jobs: int
+
+
+def job_noise(groups: Sequence[Sequence[float]]) -> JobNoise | None:
+    """`JobNoise` from groups of positive values, each group one value per job (a job's
+    geometric mean over its seeds) of jobs with identical settings; None without a group of two."""
+    groups = [np.log(_finite(g)[_finite(g) > 0]) for g in groups]
+    groups = [g for g in groups if len(g) >= 2]
+    df = sum(len(g) - 1 for g in groups)
+    if not df:
+        return None
+    squares = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
+    return JobNoise(squares / df, df, sum(len(g) for g in groups))
+
+
+def across_jobs(
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    noise: JobNoise | None,
+    confidence: float = CONFIDENCE,
+) -> Comparison | None:
+    """The ratio of geometric means a / b (as `ratio`) of two jobs, whose interval also covers
+    how much two jobs of identical settings differ: each job adds `noise.variance` to the log
+    ratio's variance, beside Welch's variance of the seeds' logs, with Satterthwaite's degrees
+    of freedom for the sum. Without `noise` (no two identical jobs measured it) the ratio has no
+    interval: seeds within one job can't see what varies between jobs. None without a value."""
+    x, y = _finite(a), _finite(b)
+    x, y = np.log(x[x > 0]), np.log(y[y > 0])
+    if not len(x) or not len(y):
+        return None
+    diff = float(x.mean() - y.mean())
+    if noise is None:
+        return Comparison(math.exp(diff), None, None, len(x), len(y), 1.0)
+    parts = [(2 * noise.variance, noise.df)]  # (each of the two jobs adds its own)
+    if len(x) >= 2 and len(y) >= 2:
+        va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+        if va + vb > 0:
+            welch = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1))
+            parts.append((va + vb, welch))
+    variance = sum(v for v, _ in parts)
+    if variance == 0:
+        return Comparison(math.exp(diff), math.exp(diff), math.exp(diff), len(x), len(y), 1.0)
+    df = variance**2 / sum(v**2 / d for v, d in parts if v)
+    half = float(_scipy_stats().t.ppf((1 + confidence) / 2, df)) * math.sqrt(variance)
+    return Comparison(math.exp(diff), math.exp(diff - half), math.exp(diff + half),
+                      len(x), len(y), 1.0)  # fmt: skip
 
 
 def change(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Comparison | None:

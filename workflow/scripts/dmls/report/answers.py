@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dmls import record, stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
+from dmls.report import quantities
 from dmls.report.cells import MIB, gpu_card
 from dmls.report.comparisons import (
     METRICS,
@@ -131,7 +131,7 @@ def regularization_setting(study: Study) -> tuple[str, dict[str, Any]]:
     }
 
 
-def _rise(rose: stats.Comparison | None) -> str:
+def _rise(rose: quantities.Comparison | None) -> str:
     """A held-out loss's rise over the seeds with its interval ('+0.022 (−0.051 to +0.095)');
     with one seed, its value alone."""
     if rose is None:
@@ -145,7 +145,7 @@ def _gap(study: Study, run: str) -> str:
     """A run's train − test accuracy gap at its end, in points: the mean over its seeds with
     the 95% interval, and the training accuracy it comes from."""
     seeds = study.numbers[run].finals("test_accuracy")
-    gap = stats.mean_interval([100 * (f["train_accuracy"] - f["test_accuracy"]) for f in seeds])
+    gap = quantities.interval([100 * (f["train_accuracy"] - f["test_accuracy"]) for f in seeds])
     train = np.mean([100 * f["train_accuracy"] for f in seeds])
     interval = (
         " (one seed)" if not gap.has_interval
@@ -228,7 +228,7 @@ def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[
     }
     if lost <= 0:
         return "faster", facts
-    return ("spin" if facts["passive"].finding == stats.MORE else "other"), facts
+    return ("spin" if facts["passive"].finding == quantities.MORE else "other"), facts
 
 
 def _step_ms(study: Study, run: str) -> float:
@@ -236,7 +236,7 @@ def _step_ms(study: Study, run: str) -> float:
     mean of its seeds' steady throughput."""
     m = study.metrics[run]
     samples = m["spec"]["batch_size"] * m["derived"]["processes"]
-    return 1000 * samples / stats.geometric_mean(study.seed_values(run, "samples_per_s"))
+    return 1000 * samples / quantities.mean(study, run, "samples_per_s")
 
 
 def _threads_per_process(metrics: dict[str, Any]) -> str:
@@ -418,7 +418,7 @@ def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | N
             rows.append([run, entry["course"], f"no numbers ({status})", ""])
             continue
         metrics = study.metrics[run]
-        times = [t for t in record.timed_values(metrics, "train_time_s") if t is not None]
+        times = quantities.train_times(study, run)
         row = study.runs.loc[run]
         ours = [f"{np.mean(times):,.1f} s", f"{100 * row['test_accuracy']:.1f}% test"]
         # Like beside like: the course gives a run's whole peak of GPU memory, so ours is that

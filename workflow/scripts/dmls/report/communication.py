@@ -8,8 +8,8 @@ import math
 
 import pandas as pd
 
-from dmls import stats
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
+from dmls.report import quantities
 from dmls.report.cells import MIB
 from dmls.report.study import Study
 from dmls.report.wording import in_s, with_interval
@@ -59,9 +59,7 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
             f"steady {in_s(row['steady_epoch_s'])} epoch, if none of it overlapped the backward."
         )
     for a, b in _backend_pairs(study, list(predicted)):
-        measured = stats.difference(
-            study.seed_values(a, "steady_epoch_s"), study.seed_values(b, "steady_epoch_s")
-        )
+        measured = quantities.compare(study, a, b, "steady_epoch_s")
         gap = predicted[a] - predicted[b]
         share = f"; the all-reduce accounts for {gap / measured.value:.0%} of the gap" if (
             measured.value > 0 and gap > 0) else ""  # fmt: skip
@@ -72,7 +70,7 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
         elif measured.has_interval and gap > 0:
             share += ": the rest of the gap is not the all-reduce"
         interval = measured.has_interval and f"{in_s(measured.low)} to {in_s(measured.high)}"
-        verdict = stats.verdict(measured, f"{a} slower", f"{a} faster")
+        verdict = measured.verdict(f"{a} slower", f"{a} faster")
         lines.append(
             f"{a} vs {b}: their steady epochs differ by "
             f"{with_interval(in_s(measured.value), measured, interval, verdict)}, and the sweep "

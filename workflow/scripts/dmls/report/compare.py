@@ -30,9 +30,9 @@ import jinja2
 import pandas as pd
 import yaml
 
-from dmls import record, stats
+from dmls import record
 from dmls.files import atomic_write, read_json
-from dmls.report import observations
+from dmls.report import observations, quantities
 from dmls.report.cells import FORMATS, cell
 from dmls.report.page import hosts
 from dmls.report.study import OK, Study
@@ -142,18 +142,19 @@ def _against(study: Study, run: str, ref: Study) -> list[str]:
     if study.runs.at[run, "status"] != OK or ref.runs.at[run, "status"] != OK:
         return ["", ""]
     out = []
-    for metric, how in (("samples_per_s", stats.ratio), ("test_accuracy", stats.difference)):
-        comparison = stats.paired(how, study.by_seed(run, metric), ref.by_seed(run, metric))
+    for metric in ("samples_per_s", "test_accuracy"):
+        comparison = quantities.between(study, run, ref, metric)
         if comparison is None:
             out.append("")
             continue
-        text = (observations.ratio_text(comparison, *observations.WORDS[metric])
-                if how is stats.ratio else observations.points_text(comparison))  # fmt: skip
-        out.append(text)
+        if quantities.kind(metric) == "ratio":
+            out.append(observations.ratio_text(comparison, *observations.WORDS[metric]))
+        else:
+            out.append(observations.points_text(comparison))
     return out
 
 
-def _ratio(ratio: stats.Comparison) -> str:
+def _ratio(ratio: quantities.Comparison) -> str:
     """'1.62× (95% interval 1.55–1.70×)' (the verdict stands before it)."""
     value, interval = ratio_strings(ratio)
     return f"{value} (95% interval {interval})" if interval else value

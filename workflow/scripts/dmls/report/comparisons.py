@@ -1,10 +1,9 @@
-"""Two runs compared over their seeds, the numbers under an answer's words: which seeds a
-metric is compared on (`values`: record.counted_seeds, the one rule, and `seeds_said`, how the
-text names them), the ratio or difference with its 95% interval and both means (`compare`,
-`Ratio`), its verdict (dmls.stats.verdict, the one rule), the keys two runs differ in beyond the
-study's factor, and a line fitted through the runs' means (`fit`). A comparison this folder
-can't make raises `NotMeasured`, whose message the answer prints. report/answers.py writes the
-sentences.
+"""Two runs compared over their seeds, as an answer's words say it: which seeds a metric is
+compared on and how the text names them, the ratio or difference with its 95% interval and both
+means (`compare`, `Ratio`), its verdict (the one rule, read off quantities.compare's result), the
+keys two runs differ in beyond the study's factor, and a line fitted through the runs' means
+(`fit`). Every number comes from dmls.report.quantities. A comparison this folder can't make raises
+`NotMeasured`, whose message the answer prints. report/answers.py writes the sentences.
 """
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
-from dmls import record, stats
 from dmls.config.studies import flatten
+from dmls.report import quantities
 from dmls.report.cells import MIB
 from dmls.report.study import OK, Study, step_taken
 from dmls.report.wording import inside, minus, no_range, points_strings, ratio_strings
@@ -28,11 +25,10 @@ BOOKKEEPING = {"study", "run", "seed", "seeds"}
 
 @dataclass(frozen=True)
 class Metric:
-    """How a metric is compared and written: as a ratio of geometric means or a difference of
-    means, its unit, and the words for more and less of it."""
+    """How a metric is written: its label, its unit, and the words for more and less of it (how
+    it is compared, a ratio or a difference, is quantities.kind's)."""
 
     label: str
-    kind: str  # "ratio" | "points"
     unit: str
     more: str
     less: str
@@ -41,17 +37,11 @@ class Metric:
 
 
 METRICS = {
-    "samples_per_s": Metric("samples/s", "ratio", "samples/s", "faster", "slower", decimals=0),
-    "test_accuracy": Metric(
-        "test accuracy", "points", "%", "more accurate", "less accurate", scale=100
-    ),
-    "step_gpu_mem_bytes": Metric(
-        "GPU memory a step adds", "ratio", "MiB", "heavier", "lighter", 1 / MIB
-    ),
-    "peak_gpu_mem_allocated_bytes": Metric(
-        "peak GPU memory", "ratio", "MiB", "heavier", "lighter", 1 / MIB
-    ),
-    "peak_host_rss_bytes": Metric("peak host RSS", "ratio", "MiB", "heavier", "lighter", 1 / MIB),
+    "samples_per_s": Metric("samples/s", "samples/s", "faster", "slower", decimals=0),
+    "test_accuracy": Metric("test accuracy", "%", "more accurate", "less accurate", scale=100),
+    "step_gpu_mem_bytes": Metric("GPU memory a step adds", "MiB", "heavier", "lighter", 1 / MIB),
+    "peak_gpu_mem_allocated_bytes": Metric("peak GPU memory", "MiB", "heavier", "lighter", 1 / MIB),
+    "peak_host_rss_bytes": Metric("peak host RSS", "MiB", "heavier", "lighter", 1 / MIB),
 }
 
 
@@ -72,14 +62,15 @@ class Compared:
     # The figure as the Answers list gives it: the value with its interval (or why there is
     # none) and `also`, without the means and the seeds they are over (its section says them).
     brief: str = ""
-    # The numbers the words render (None where not measured): a case is chosen on
-    # stats.finding of these, never on the verdict's words.
-    result: stats.Comparison | None = None
+    # The numbers the words render (None where not measured): a case is chosen on the
+    # finding of these (the one rule), never on the verdict's words.
+    result: quantities.Comparison | None = None
 
     @property
     def finding(self) -> str | None:
-        """stats.finding of `result` (MORE, LESS, NO_EFFECT, TOO_FEW); None not measured."""
-        return None if self.result is None else stats.finding(self.result)
+        """The rule's finding of `result` (quantities.MORE, LESS, NO_EFFECT, TOO_FEW); None not
+        measured."""
+        return None if self.result is None else self.result.finding
 
     def __str__(self) -> str:
         return f"{self.figure}, {self.verdict}" if self.verdict else self.figure
@@ -141,13 +132,6 @@ def resolve(study: Study, metric: str) -> str:
     return study.memory[0]
 
 
-def noise_unit(metric: str) -> str:
-    """What a comparison of `metric` has its noise over, as its words name it: "seed" where
-    each seed records it, "job" where the run has one value (host RSS, the job's peak over its
-    ranks)."""
-    return "seed" if metric in record.SEED_METRICS else "job"
-
-
 def compare(
     study: Study,
     run: str,
@@ -180,39 +164,34 @@ def compare(
     a, b = values(a_study, run, metric), values(b_study, b_run, metric)
     if not a or not b:
         raise NotMeasured(f"{run} or {b_run} did not record {spec.label}")
-    means = (
-        f"{_number(_mean(a, spec), spec)} vs {_number(_mean(b, spec), spec)} {spec.unit}".replace(
-            " %", "%"
-        )
-    )
+    mean_a, mean_b = quantities.mean(a_study, run, metric), quantities.mean(b_study, b_run, metric)
+    means = f"{_number(mean_a, spec)} vs {_number(mean_b, spec)} {spec.unit}".replace(" %", "%")
     said = {seeds_said(a_study, run, metric), seeds_said(b_study, b_run, metric)}
     seeds = ""  # (said in the brief too; the means and the first seeds' excess are not)
-    if metric in record.WARM_METRICS or len(said) > 1:  # (else: every finished seed)
+    if quantities.warm(metric) or len(said) > 1:  # (else: every finished seed)
         seeds = " vs ".join(sorted(said))
         means += f", {seeds}" + first_seeds(((a_study, run), (b_study, b_run)), metric, spec)
     extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
     also = f"; the two also differ in {extra}" if extra else ""
     also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
-    unit = noise_unit(metric)
-    pairs = a_study.by_seed(run, metric), b_study.by_seed(b_run, metric)
-    if spec.kind == "ratio":
-        result = stats.paired(stats.ratio, *pairs)
+    unit = quantities.noise_unit(metric)
+    result = quantities.compare(a_study, run, b_run, metric, b_study)
+    if quantities.kind(metric) == "ratio":
         phrase = Ratio.of(result, means + also, unit)
         figure, interval = phrase.figure, phrase.interval
         value, verdict = phrase.value, phrase.judge(spec.more, spec.less)
         # Memory's size in MiB and % too: a ratio near 1 may be a finding of a few bytes (a
         # warm process's seeds agree to the byte), and the reader weighs it by its size.
         if spec.unit == "MiB" and result is not None and not result.identical:
-            size = (_mean(a, spec) - _mean(b, spec)) * spec.scale
+            size = (mean_a - mean_b) * spec.scale
             seeds = "; ".join(filter(None, (
                 minus(f"{size:+,.{spec.decimals}f} {spec.unit}, {100 * (result.value - 1):+.1f}%"),
                 seeds,
             )))  # fmt: skip
     else:
-        result = stats.paired(stats.difference, *pairs)
         value, interval = points_strings(result)
         figure = f"{value} ({inside(result, interval, means, unit)}{also})"
-        verdict = stats.verdict(result, spec.more, spec.less, unit)
+        verdict = result.verdict(spec.more, spec.less, unit)
     brief = "; ".join(filter(None, (seeds, no_range(result, unit) or interval)))
     return Compared(
         minus(figure), verdict, spec.label, minus(also), minus(f"{value} ({brief}{also})"), result
@@ -223,9 +202,9 @@ def compare(
 class Ratio:
     """A ratio as every answer writes it: `figure` is '0.82× (0.75–0.89×; <means>)', `value`
     and `inside` its two parts, the interval with the decimals that tell its ends apart and
-    from 1; `judge` gives its verdict (dmls.stats.verdict)."""
+    from 1; `judge` gives its verdict (the one rule)."""
 
-    result: stats.Comparison
+    result: quantities.Comparison
     value: str
     inside: str
     unit: str  # what the noise is over: "seed" or "repeat"
@@ -236,19 +215,19 @@ class Ratio:
         return f"{self.value} ({self.inside})"
 
     @classmethod
-    def of(cls, result: stats.Comparison | None, means: str, unit: str) -> Ratio:
-        """`result` (stats.ratio) with `means` as written; `unit` is what the interval is over
-        ("seed", "repeat"). Values that agree to the byte on each side (a warm process's GPU
-        memory) leave an interval of zero width: it is said in words, not printed as a range,
-        and the verdict is the rule's (an interval that excludes 1, however narrow, is a
-        finding)."""
+    def of(cls, result: quantities.Comparison | None, means: str, unit: str) -> Ratio:
+        """`result` (a ratio, dmls.report.quantities) with `means` as written; `unit` is what
+        the interval is over ("seed", "repeat"). Values that agree to the byte on each side (a
+        warm process's GPU memory) leave an interval of zero width: it is said in words, not
+        printed as a range, and the verdict is the rule's (an interval that excludes 1, however
+        narrow, is a finding)."""
         if result is None:
             raise NotMeasured("no value was recorded")
         value, interval = ratio_strings(result)
         return cls(result, value, inside(result, interval, means, unit), unit, interval)
 
     def judge(self, more: str, less: str) -> str:
-        return stats.verdict(self.result, more, less, self.unit)
+        return self.result.verdict(more, less, self.unit)
 
     def said(self, more: str, less: str) -> str:
         return f"{self.figure}, {self.judge(more, less)}"
@@ -264,23 +243,22 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
     spec = METRICS[metric]
     xs, ys, said = [], [], {}
     for run in study.ok.index:
-        if run_values := values(study, run, metric):
+        if values(study, run, metric):
             xs.append(float(flatten(study.metrics[run]["spec"]).get(against)))
-            ys.append(float(np.mean(run_values)) * spec.scale)
+            ys.append(quantities.mean(study, run, metric) * spec.scale)
             said.setdefault(seeds_said(study, run, metric), []).append(run)
     if len(set(xs)) < 3:
         raise NotMeasured(f"fewer than three {against} values finished")
-    line = stats.line(xs, ys)
-    slope = line.slope
-    verdict = stats.verdict(slope, "grows", "falls")
     # Along a line or not, by the one rule: the interval of a parabola's quadratic term
-    # (stats.curvature), never a threshold on R².
-    bend = stats.finding(stats.curvature(xs, ys))
-    linear = bend == stats.NO_EFFECT
-    if verdict in ("grows", "falls"):
+    # (quantities.line's bend), never a threshold on R².
+    line, bend = quantities.line(xs, ys)
+    slope = line.slope
+    verdict = slope.verdict("grows", "falls")
+    linear = bend == quantities.NO_EFFECT
+    if slope.finding in (quantities.MORE, quantities.LESS):
         verdict += {
-            stats.NO_EFFECT: " along a line within noise",
-            stats.TOO_FEW: " (whether along a line, three points can't tell)",
+            quantities.NO_EFFECT: " along a line within noise",
+            quantities.TOO_FEW: " (whether along a line, three points can't tell)",
         }.get(bend, ", but not along a line")
     interval = f" (95% interval {slope.low:.3f} to {slope.high:.3f})" if slope.has_interval else ""
     counted = "; ".join(
@@ -335,11 +313,6 @@ def require_finished(study: Study, run: str) -> None:
     row = study.runs.loc[run]
     if row["status"] != OK:
         raise NotMeasured(f"{run} {row['status']}: {short_reason(row['reason'])}")
-
-
-def _mean(xs: list[float], spec: Metric) -> float:
-    """The mean a comparison divides or subtracts (stats.ratio: geometric)."""
-    return stats.geometric_mean(xs) if spec.kind == "ratio" else float(np.mean(xs))
 
 
 def _number(value: float, spec: Metric) -> str:

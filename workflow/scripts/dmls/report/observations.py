@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-from dmls import record, stats
-from dmls.report import targets
+from dmls.report import quantities, targets
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
-from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit, noise_unit, ran
+from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit, ran
 from dmls.report.study import OK, Study
 from dmls.report.wording import in_s, points_text, ratio_text
 
@@ -64,11 +62,9 @@ def versus_baseline(study: Study) -> list[str]:
     lines = []
     for run, (throughput, accuracy) in baseline_comparisons(study).items():
         row = study.runs.loc[run]
-        speeds = (
-            study.seed_values(run, "samples_per_s"),
-            study.seed_values(base_name, "samples_per_s"),
+        means = " vs ".join(
+            f"{quantities.mean(study, r, 'samples_per_s'):,.0f}" for r in (run, base_name)
         )
-        means = " vs ".join(f"{stats.geometric_mean(v):,.0f}" for v in speeds)
         parts = [
             f"samples/s over the steady epochs {means} (geometric means): "
             f"{ratio_text(throughput, *WORDS['samples_per_s'])}",
@@ -78,9 +74,9 @@ def versus_baseline(study: Study) -> list[str]:
         memory = study.memory
         if memory:
             column, what = memory
-            ratio = _compare(stats.ratio, study, run, base_name, column)
+            ratio = quantities.compare(study, run, base_name, column)
             mib = f"{row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB"
-            said = ratio_text(ratio, *WORDS["memory"], noise_unit(column))
+            said = ratio_text(ratio, *WORDS["memory"], quantities.noise_unit(column))
             parts.append(f"{what} {mib}, {said}")
         differ = also_differ(ran(study.metrics[run]), ran(study.metrics[base_name]), ())
         pair = f"{run} vs {base_name}" + (f" (they differ in {differ})" if differ else "")
@@ -88,7 +84,9 @@ def versus_baseline(study: Study) -> list[str]:
     return lines
 
 
-def baseline_comparisons(study: Study) -> dict[str, tuple[stats.Comparison, stats.Comparison]]:
+def baseline_comparisons(
+    study: Study,
+) -> dict[str, tuple[quantities.Comparison, quantities.Comparison]]:
     """Each finished run but the baseline against the baseline, over the seeds: (throughput
     ratio, test-accuracy difference). Empty when the baseline did not finish."""
     base = study.baseline
@@ -96,17 +94,17 @@ def baseline_comparisons(study: Study) -> dict[str, tuple[stats.Comparison, stat
         return {}
     return {
         run: (
-            _compare(stats.ratio, study, run, base, "samples_per_s"),
-            _compare(stats.difference, study, run, base, "test_accuracy"),
+            quantities.compare(study, run, base, "samples_per_s"),
+            quantities.compare(study, run, base, "test_accuracy"),
         )
         for run in study.ok.index
         if run != base
     }
 
 
-def verdict(comparison: stats.Comparison) -> str:
+def verdict(comparison: quantities.Comparison) -> str:
     """A throughput ratio's verdict (compare.html): the one rule, dmls.stats.verdict."""
-    return stats.verdict(comparison, *WORDS["samples_per_s"])
+    return comparison.verdict(*WORDS["samples_per_s"])
 
 
 def scaling(study: Study) -> list[str]:
@@ -159,9 +157,9 @@ def sweep(study: Study) -> list[str]:
     except NotMeasured:
         pass  # fewer than three settings finished
     first, last = ok.index[0], ok.index[-1]
-    speed = _compare(stats.ratio, study, last, first, "samples_per_s")
-    accuracy = _compare(stats.difference, study, last, first, "test_accuracy")
-    means = [stats.geometric_mean(study.seed_values(r, "samples_per_s")) for r in (first, last)]
+    speed = quantities.compare(study, last, first, "samples_per_s")
+    accuracy = quantities.compare(study, last, first, "test_accuracy")
+    means = [quantities.mean(study, r, "samples_per_s") for r in (first, last)]
     lines.append(
         f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: samples/s over the steady epochs "
         f"{means[0]:,.0f} → {means[1]:,.0f} (geometric means), "
@@ -178,34 +176,33 @@ def warm_process(study: Study) -> list[str]:
     process group, cuDNN and compile caches), run their steady epochs as fast as the first
     seed: each seed's epochs 2..E, every epoch a sample, later seeds' against the first's. If
     they match, every seed measures the same steady speed and the seeds' spread is fair."""
-    parts, verdicts = [], {stats.NO_EFFECT: [], stats.LESS: [], stats.MORE: [], stats.TOO_FEW: []}
+    parts: list[str] = []
+    verdicts: dict[str, list[str]] = {
+        quantities.NO_EFFECT: [], quantities.LESS: [], quantities.MORE: [], quantities.TOO_FEW: []
+    }  # fmt: skip
     for run in study.ok.index:
-        seeds = record.fresh_seeds(study.metrics[run])
-        if len(seeds) < 2:
-            continue
-        later = [t for seed in seeds[1:] for t in record.steady_epochs(seed)]
-        ratio = stats.ratio(later, record.steady_epochs(seeds[0]))
-        if ratio is None:  # one epoch: no steady epochs
+        ratio = quantities.warm_against_first(study, run)
+        if ratio is None:  # one fresh seed, or one epoch: no steady epochs
             continue
         # (times: a ratio above 1 is slower)
         parts.append(f"{run} {ratio_text(ratio, 'slower', 'faster', 'epoch')}")
-        verdicts[stats.finding(ratio)].append(run)
+        verdicts[ratio.finding].append(run)
     if not parts:
         return []
     said = {
-        stats.NO_EFFECT: "match the first within the epochs' noise",
-        stats.LESS: "are faster beyond the epochs' noise",
-        stats.MORE: "are slower beyond the epochs' noise",
+        quantities.NO_EFFECT: "match the first within the epochs' noise",
+        quantities.LESS: "are faster beyond the epochs' noise",
+        quantities.MORE: "are slower beyond the epochs' noise",
     }
     found = [f"{said[k]} in {', '.join(verdicts[k])}" for k in said if verdicts[k]]
     line = f"Warm process, later seeds' steady epochs against the first seed's: {'; '.join(parts)}."
     if found:
         line += f" The later seeds {', and '.join(found)}."
-    if len(verdicts[stats.TOO_FEW]) == len(parts):
+    if len(verdicts[quantities.TOO_FEW]) == len(parts):
         line += " No intervals: each first seed has one steady epoch (that takes 3 epochs)."
-    elif verdicts[stats.TOO_FEW]:
+    elif verdicts[quantities.TOO_FEW]:
         line += (
-            f" No interval for {', '.join(verdicts[stats.TOO_FEW])}: the first seed has one "
+            f" No interval for {', '.join(verdicts[quantities.TOO_FEW])}: the first seed has one "
             "steady epoch."
         )
     return [line]
@@ -219,7 +216,7 @@ def memory_per_job(study: Study) -> list[str]:
     column = "peak_gpu_mem_allocated_bytes"
     if study.ok.empty or not study.ok[column].notna().all():
         return []
-    if not any(record.seed_count(study.metrics[run]) > 1 for run in study.ok.index):
+    if not any(quantities.seed_count(study, run) > 1 for run in study.ok.index):
         return []
     tuned, other = [], []
     for run, row in study.ok.iterrows():
@@ -271,16 +268,12 @@ def compared_with(study: Study, other: Study) -> list[str]:
         if theirs["status"] != OK:
             lines.append(f"{run}: no {other.key} numbers to compare ({theirs['status']}).")
             continue
-        ours, others = (
-            study.seed_values(run, "samples_per_s"),
-            other.seed_values(run, "samples_per_s"),
-        )
-        speed = stats.ratio(ours, others)
-        accuracy = stats.difference(study.seed_values(run, "test_accuracy"),
-                                    other.seed_values(run, "test_accuracy"))  # fmt: skip
+        speed = quantities.between(study, run, other, "samples_per_s")
+        accuracy = quantities.between(study, run, other, "test_accuracy")
+        ours, others = (quantities.mean(s, run, "samples_per_s") for s in (study, other))
         lines.append(
-            f"{run}: samples/s over the steady epochs {stats.geometric_mean(ours):,.0f} here vs "
-            f"{stats.geometric_mean(others):,.0f} in {other.key} (geometric means), "
+            f"{run}: samples/s over the steady epochs {ours:,.0f} here vs "
+            f"{others:,.0f} in {other.key} (geometric means), "
             f"{ratio_text(speed, *WORDS['samples_per_s'])}; test accuracy "
             f"{points_text(accuracy)}."
         )
@@ -377,7 +370,6 @@ def time_to_accuracy(study: Study) -> list[str]:
         return []
     level = f"{100 * target:g}% test accuracy"
     base = study.baseline
-    base_times = study.seconds_to_target(base) if base in study.ok.index else None
     lines = []
     for run, row in study.ok.iterrows():
         times = study.seconds_to_target(run)
@@ -391,8 +383,8 @@ def time_to_accuracy(study: Study) -> list[str]:
             f"{run} reaches {level} in {in_s(row['time_to_target_s'])} of training and "
             f"evaluation ({row['epochs_to_target']:.1f} epochs)"
         )
-        if run != base and base_times is not None:
-            time = stats.ratio(times, base_times)
+        time = quantities.time_to_target(study, run, base) if base in study.ok.index else None
+        if run != base and time is not None:
             text += f"; its time over {base}'s {ratio_text(time, 'slower', 'faster')}"
         lines.append(text + ".")
     return lines + _cold_seeds_to_target(study)
@@ -452,11 +444,10 @@ def energy_use(study: Study) -> list[str]:
             f"{row['train_power_w']:.0f} W on average in training"
         )
         if run != base and base in measured.index:
-            ratio = _compare(stats.ratio, study, run, base, column)
+            ratio = quantities.compare(study, run, base, column)
             text += f"; its energy over {base}'s {ratio_text(ratio, *WORDS['energy'])}"
-            to_target = study.target_accuracy and [study.joules_to_target(r) for r in (run, base)]
-            if to_target and None not in to_target:
-                to_j = stats.ratio(*to_target)
+            to_j = study.target_accuracy and quantities.energy_to_target(study, run, base)
+            if to_j:
                 text += f"; to the target, {ratio_text(to_j, *WORDS['energy'])}"
         lines.append(text + ".")
     return lines
@@ -477,22 +468,16 @@ def all_observations(
     return lines
 
 
-def _compare(
-    how: Callable[..., stats.Comparison | None], study: Study, run: str, reference: str, metric: str
-) -> stats.Comparison:
-    """`run` against `reference` over their seeds' values of `metric` (stats.ratio or
-    stats.difference, seed by seed where they match: stats.paired); both finished, so both
-    have values."""
-    return stats.paired(how, study.by_seed(run, metric), study.by_seed(reference, metric))
-
-
-def _efficiency(speedup: stats.Comparison, ideal: float) -> str:
+def _efficiency(speedup: quantities.Comparison, ideal: float) -> str:
     """Speed-up over the ideal as a percentage, its interval the speed-up's scaled alike."""
     text = f"{100 * speedup.value / ideal:.0f}%"
     if not speedup.has_interval:
         return text
-    way = stats.finding(speedup.against(ideal))
-    linear = {stats.NO_EFFECT: " (linear within seed noise)", stats.MORE: " (above linear)"}
+    way = speedup.against(ideal).finding
+    linear = {
+        quantities.NO_EFFECT: " (linear within seed noise)",
+        quantities.MORE: " (above linear)",
+    }
     linear = linear.get(way, "")
     return (
         f"{text} (95% interval {100 * speedup.low / ideal:.0f}–"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dmls import stats
+from dmls.report import quantities
 from dmls.report.answers import said_once
 from dmls.report.comparisons import NotMeasured, Ratio, short_reason
 from dmls.report.study import OK
@@ -117,8 +117,8 @@ def speed(reference: list[float], other: list[float], means: str, paired: bool =
     '0.82× (0.75–0.89×; 3.17 ± 0.278 vs 2.59 ± 0.137 ms), slower'. `paired`: the two were timed
     taking turns, repeat k of each beside the other's, so the ratio is taken repeat by repeat
     (stats.paired_ratio), and a drift both shared cancels."""
-    how = stats.paired_ratio if paired else stats.ratio
-    return Ratio.of(how(reference, other), means, "repeat").said("faster", "slower")
+    ratio = quantities.ratio_of_repeats(reference, other, paired)
+    return Ratio.of(ratio, means, "repeat").said("faster", "slower")
 
 
 def elsewhere(others: list[dict[str, Any]], what: str = "") -> str:

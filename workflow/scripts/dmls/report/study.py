@@ -169,8 +169,8 @@ class Study:
         reference = self.scaling_reference(run)
         if reference in (None, run):
             return None
-        samples = [self.seed_values(r, "samples_per_s") for r in (run, reference)]
-        return reference, stats.ratio(*samples)
+        samples = [self.by_seed(r, "samples_per_s") for r in (run, reference)]
+        return reference, stats.paired(stats.ratio, *samples)
 
     @property
     def sweep_key(self) -> str | None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from dmls import stats
 from dmls.report.cells import seconds
+from dmls.report.quantities import MORE, NO_EFFECT, Comparison
 
 
-def no_range(comparison: stats.Comparison, unit: str = "seed") -> str | None:
+def no_range(comparison: Comparison, unit: str = "seed") -> str | None:
     """Why a comparison prints no interval as a range: a side with one `unit`, or each side's
     values the same to the last digit (an interval of zero width); None where it has a range."""
     if not comparison.has_interval:
@@ -26,7 +26,7 @@ def no_range(comparison: stats.Comparison, unit: str = "seed") -> str | None:
 
 
 def with_interval(
-    text: str, comparison: stats.Comparison, interval: str | None, verdict: str, unit: str = "seed"
+    text: str, comparison: Comparison, interval: str | None, verdict: str, unit: str = "seed"
 ) -> str:
     """A compared value with its 95% interval and its verdict (stats.verdict): '1.62× (95%
     interval 1.55–1.70×), faster'; without an interval, the value and the verdict alone; with
@@ -38,21 +38,21 @@ def with_interval(
     return f"{text} (95% interval {interval}), {verdict}"
 
 
-def inside(comparison: stats.Comparison, interval: str | None, means: str, unit: str) -> str:
+def inside(comparison: Comparison, interval: str | None, means: str, unit: str) -> str:
     """What an answer's figure holds in its brackets: 'the interval; both means', or 'both
     means; why there is no range' (`no_range`)."""
     why = no_range(comparison, unit)
     return f"{means}; {why}" if why else f"{interval}; {means}"
 
 
-def ratio_text(ratio: stats.Comparison, more: str, less: str, unit: str = "seed") -> str:
+def ratio_text(ratio: Comparison, more: str, less: str, unit: str = "seed") -> str:
     """'1.62× (95% interval 1.55–1.70×), faster': `more` and `less` are the verdict's words."""
     value, interval = ratio_strings(ratio)
-    verdict = stats.verdict(ratio, more, less, unit)
+    verdict = ratio.verdict(more, less, unit)
     return with_interval(value, ratio, interval, verdict, unit)
 
 
-def _digits(comparison: stats.Comparison, scale: float, digits: int, most: int) -> int:
+def _digits(comparison: Comparison, scale: float, digits: int, most: int) -> int:
     """The decimals (from `digits` up to `most`) at which the interval's ends read apart from
     the value and on the side of the null the verdict says: an interval that excludes the null
     never prints the null as its end ("+0.1 (+0.0 to +0.2), more accurate" reads "+0.12 (+0.04
@@ -61,24 +61,24 @@ def _digits(comparison: stats.Comparison, scale: float, digits: int, most: int) 
     only where it is ("−1.0 to 0.0, within seed noise" reads "−0.98 to +0.01")."""
     if not comparison.has_interval:
         return digits
-    way = stats.finding(comparison)
+    way = comparison.finding
     null = comparison.null * scale
     while digits < most:
         low, value, high = (round(v * scale, digits) for v in
                             (comparison.low, comparison.value, comparison.high))  # fmt: skip
         apart = comparison.low == comparison.high or len({low, value, high}) == 3
-        if way == stats.NO_EFFECT:  # an end reads as the null only where it is the null
+        if way == NO_EFFECT:  # an end reads as the null only where it is the null
             sided = all(end != null or exact * scale == null for end, exact in
                         ((low, comparison.low), (high, comparison.high)))  # fmt: skip
         else:
-            sided = value != null and (low > null if way == stats.MORE else high < null)
+            sided = value != null and (low > null if way == MORE else high < null)
         if apart and sided:
             break
         digits += 1
     return digits
 
 
-def ratio_strings(ratio: stats.Comparison) -> tuple[str, str | None]:
+def ratio_strings(ratio: Comparison) -> tuple[str, str | None]:
     """A ratio and its interval as text ('1.62×', '1.55–1.70×'), with the decimals (2 to 4)
     that tell the interval's ends from the value and the null (`_digits`). The interval is
     None without one."""
@@ -87,7 +87,7 @@ def ratio_strings(ratio: stats.Comparison) -> tuple[str, str | None]:
     return f"{ratio.value:.{digits}f}×", interval
 
 
-def points_strings(difference: stats.Comparison) -> tuple[str, str | None]:
+def points_strings(difference: Comparison) -> tuple[str, str | None]:
     """A difference of fractions in percentage points and its interval ('−0.9 points', '−2.1
     to +0.3'), with the decimals (1 to 3) that tell the ends from the value and from zero."""
     digits = _digits(difference, 100.0, 1, 3)
@@ -101,12 +101,12 @@ def points_strings(difference: stats.Comparison) -> tuple[str, str | None]:
 
 
 def points_text(
-    difference: stats.Comparison, more: str = "more accurate", less: str = "less accurate"
+    difference: Comparison, more: str = "more accurate", less: str = "less accurate"
 ) -> str:
     """A difference of accuracies in percentage points: '−0.9 points (95% interval −2.1 to
     +0.3), within seed noise'."""
     value, interval = points_strings(difference)
-    return with_interval(value, difference, interval, stats.verdict(difference, more, less))
+    return with_interval(value, difference, interval, difference.verdict(more, less))
 
 
 def signed(value: float, digits: int = 1) -> str:
