@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 # Slurm resources of a run and the count of this host's GPUs.
 from dmls.config.priority import LONG_STUDY, run_priority
 from dmls.config.spec import load_schema, resolve_runs
-from dmls.config.studies import baseline_run, run_labels
+from dmls.config.studies import baseline_run, identical_runs, run_labels
 from dmls.data import datasets
 from dmls.report import captions
 from dmls.supervisor import slots
@@ -110,6 +110,16 @@ def study_metrics(wildcards):
         f"{RESULTS}/runs/{run_id}/metrics.json"
         for run_id in STUDY_RUNS[wildcards.study]
     ]
+
+
+# The runs another run repeats in every setting (A/A jobs): every study's section reads them,
+# to count how much two jobs of identical settings differ in each speed it compares.
+IDENTICAL_RUNS = identical_runs({run_id: spec.to_dict() for run_id, spec in RUNS.items()})
+
+
+def identical_jobs_metrics(wildcards):
+    """The metrics files of the DAG's A/A jobs (`IDENTICAL_RUNS`)."""
+    return [f"{RESULTS}/runs/{run_id}/metrics.json" for run_id in IDENTICAL_RUNS]
 
 
 def compared_metrics(wildcards):

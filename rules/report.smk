@@ -8,6 +8,8 @@ rule report_study:
     input:
         metrics=study_metrics,
         compared=compared_metrics,
+        # The DAG's A/A jobs: how much identical jobs' speeds differ (dmls.report.quantities).
+        identical=identical_jobs_metrics,
         collectives=collectives_table,
         # The questions' answer templates (dmls.report.answers).
         texts="report/studies.yaml",

@@ -7,6 +7,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 from dmls.config.spec import RunSpec, deep_merge, load_schema, resolve_runs  # noqa: E402
+from dmls.stats import JobNoise  # noqa: E402
+
+# Jobs that never differ beyond their seeds, as if every two jobs of identical settings had run
+# at one speed: the tests of a comparison's seed interval and words pass it to Study, where the
+# variation between jobs is not what they test (tests/test_job_noise.py tests that part).
+JOBS_ALIKE = {"cuda": JobNoise(1.0, 2), "cpu": JobNoise(1.0, 2)}
+
+
+def alike(key, settings, metrics):
+    """A Study of `metrics` whose jobs differ by their seeds alone (`JOBS_ALIKE`)."""
+    from dmls.report.study import Study
+
+    return Study.from_metrics(key, settings, metrics, job_noise=JOBS_ALIKE)
+
 
 SCHEMA = ROOT / "config" / "schemas" / "config.schema.yaml"
 

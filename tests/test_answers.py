@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, alike
 from dmls import record
 from dmls.report import answers, comparisons
 from dmls.report.study import Study
@@ -26,7 +26,7 @@ A1 = {
 
 
 def study(*metrics: dict) -> Study:
-    return Study.from_metrics("parallelism", {}, list(metrics))
+    return alike("parallelism", {}, list(metrics))
 
 
 def one(**kw) -> dict:
@@ -155,7 +155,7 @@ def test_what_the_spec_implies_is_named_where_two_runs_differ_in_it_beyond_the_f
     accum = [fake_metrics(f"accum{k}", launcher="torchrun", nproc_per_node=2, epochs=3,
                           grad_accum_steps=k, spread=(0.9, 1.0, 1.1)) for k in (1, 2)]  # fmt: skip
     accum[1]["step"]["graphs"], accum[0]["step"]["graphs"] = 2, 1
-    grad = Study.from_metrics("grad_accumulation", {}, accum)
+    grad = alike("grad_accumulation", {}, accum)
     said = str(comparisons.compare(grad, "accum2", "accum1", "memory", ["grad_accum_steps"]))
     assert "the two also differ in CUDA graphs captured (2 vs 1)" in said, said
     assert "global batch" not in said
@@ -305,13 +305,13 @@ def test_memory_grows_with_the_batch_along_a_fitted_line():
             }
         ]
     }
-    [text] = answers.study_answer(texts, Study.from_metrics("batch_size", {}, runs))
+    [text] = answers.study_answer(texts, alike("batch_size", {}, runs))
     assert text.startswith(
         "Peak memory grows along a line within noise: 0.660 MiB per unit of batch_size"
     ), text
 
     def sweep(points):
-        return Study.from_metrics("batch_size", {}, [
+        return alike("batch_size", {}, [
             fake_metrics(f"b{b}", launcher="torchrun", nproc_per_node=2, batch_size=b, epochs=3,
                          gpu_mib=mib, spread=(1.0, 1.0, 1.0)) for b, mib in points])  # fmt: skip
 
@@ -426,7 +426,7 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
 
     def setting(val_losses: list[float]) -> str:
         runs = [run("none", val_losses), run("dropout", val_losses)]
-        study = Study.from_metrics("regularization", {"baseline": "none"}, runs)
+        study = alike("regularization", {"baseline": "none"}, runs)
         return answers.study_answer(a4, study)[-1]
 
     falling = setting([2.0, 1.5, 1.2])
@@ -441,18 +441,14 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
     stopped["seeds"][0]["final"] |= {"stopped_early_epoch": 3, "restored_best_epoch": 2}
     stopped["seeds"][0]["history"][2]["lr"] = 0.0005
     runs = [run("none", [2.0, 1.5, 1.2]), stopped]
-    said = answers.study_answer(
-        a4, Study.from_metrics("regularization", {"baseline": "none"}, runs)
-    )
+    said = answers.study_answer(a4, alike("regularization", {"baseline": "none"}, runs))
     assert said[-1].endswith(
         "; early_stopping stopped at epoch 3 of 3, its learning rate still "
         "50% of its peak, and reports the weights of its best epoch (2), restored."
     ), said[-1]
     # Where it never fired, the sentence says so once, with the patience and the epochs it had.
     del stopped["seeds"][0]["final"]["stopped_early_epoch"]
-    said = answers.study_answer(
-        a4, Study.from_metrics("regularization", {"baseline": "none"}, runs)
-    )
+    said = answers.study_answer(a4, alike("regularization", {"baseline": "none"}, runs))
     assert said[-1].endswith("; early stopping never fired in early_stopping (patience 1, 3 "
                              "epochs)."), said[-1]  # fmt: skip
 
@@ -482,7 +478,7 @@ def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():
     ]
     texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
     (b1,) = [s for s in texts["sections"] if s.get("study") == "cluster_torchrun"]
-    study = Study.from_metrics("cluster_torchrun", {}, runs)
+    study = alike("cluster_torchrun", {}, runs)
     sweep = pd.DataFrame(
         [{"status": "ok", "backend": "gloo", "device": "cpu", "processes": 2, "op": "all_reduce",
           "size_bytes": size, "latency_us": 800.0, "placement": "host"}
@@ -499,16 +495,16 @@ def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():
     assert "so 67% of the time lost is 4 threads per process spinning" in text
     # Asleep or not, the same speed: the spinning threads are not the cause.
     same = [*runs[:2], run("n1xp2_passive", 2, 16_000.0, 25, omp_wait_policy="passive")]
-    case, facts = answers.one_host_cause(Study.from_metrics("cluster_torchrun", {}, same), sweep)
+    case, facts = answers.one_host_cause(alike("cluster_torchrun", {}, same), sweep)
     assert case == "other" and facts["passive"].verdict == "identical in every seed compared"
     # Without the ablation or the sweep, each part says why it is missing.
-    case, facts = answers.one_host_cause(Study.from_metrics("cluster_torchrun", {}, runs[:2]), None)
+    case, facts = answers.one_host_cause(alike("cluster_torchrun", {}, runs[:2]), None)
     assert case == "other"
     assert str(facts["passive"]) == "not measured (the config has no run n1xp2_passive)"
     assert facts["all_reduce"] == "not measured (the collectives sweep did not run)"
     # Two processes as fast as one: nothing lost to explain.
     quick = [runs[0], run("n1xp2", 2, 80_000.0, 30)]
-    case, _ = answers.one_host_cause(Study.from_metrics("cluster_torchrun", {}, quick), sweep)
+    case, _ = answers.one_host_cause(alike("cluster_torchrun", {}, quick), sweep)
     assert case == "faster"
 
 
@@ -557,7 +553,7 @@ def test_a_comparison_with_a_study_not_compared_here_says_why_not_that_it_is_abs
                "compare_with does not name it, or cluster_torchrun has no runs")  # fmt: skip
     with pytest.raises(comparisons.NotMeasured, match=f"^{re.escape(unnamed)}$"):
         comparisons.compare(s, "ddp", "cluster_torchrun/n1xp1", "samples_per_s")
-    other = Study.from_metrics("optimizer", {}, [one()])
+    other = alike("optimizer", {}, [one()])
     named = ("parallelism is compared with optimizer, not cluster_torchrun "
              "(studies.parallelism.compare_with)")  # fmt: skip
     with pytest.raises(comparisons.NotMeasured, match=f"^{re.escape(named)}$"):
@@ -588,7 +584,7 @@ def test_a4_says_its_seeds_cant_tell_where_the_baselines_rise_is_within_seed_noi
         for row, loss in zip(seed["history"], (2.0, 1.0, last), strict=True):
             row |= {"val_loss": loss, "val_accuracy": 0.5, "train_loss": 3.0 / row["epoch"]}
     m |= record.combine(m)
-    study = Study.from_metrics("regularization", {"baseline": "none"}, [m])
+    study = alike("regularization", {"baseline": "none"}, [m])
     case, facts = answers.regularization_setting(study)
     assert case == "not_told" and facts["best_epoch"] == "2"
     assert facts["rise"].startswith("+0.167 (−") and facts["rise"].endswith(")")

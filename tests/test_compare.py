@@ -22,7 +22,9 @@ def folder(root, name, runs):
 def folders(tmp_path):
     """A: single_gpu (seeds ×0.9, 1, 1.1 of 15/10/10 s epochs), ddp_2gpu at 1.62× its
     throughput, dataparallel_2gpu. B: single_gpu twice as fast (its GPU energy measured, at
-    100 W), ddp_2gpu at batch 64 and 1.4× its throughput, no dataparallel_2gpu."""
+    100 W), ddp_2gpu at batch 64 and 1.4× its throughput, no dataparallel_2gpu. Each folder has
+    single_gpu_again, single_gpu's A/A twin at its speed: jobs of identical settings that did
+    not differ, so that a speed between runs has a verdict."""
     spread = (0.9, 1.0, 1.1)
     a = folder(tmp_path, "a", [
         fake_metrics("single_gpu", launcher="single", epochs=3, history=epochs([15, 10, 10]),
@@ -30,12 +32,16 @@ def folders(tmp_path):
         fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=1620.0,
                      epochs=3, history=epochs([15, 10, 10]), spread=spread),
         fake_metrics("dataparallel_2gpu", launcher="dp", nproc_per_node=2, epochs=3),
+        fake_metrics("single_gpu_again", launcher="single", epochs=3, history=epochs([15, 10, 10]),
+                     spread=spread),
     ])  # fmt: skip
     b = folder(tmp_path, "b", [
         with_energy(fake_metrics("single_gpu", launcher="single", epochs=3, spread=spread,
                                  history=epochs([7.5, 5, 5]), samples_per_s=2000.0), 100, 50),
         fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=2800.0,
                      epochs=3, batch_size=64, history=epochs([15, 10, 10]), spread=spread),
+        fake_metrics("single_gpu_again", launcher="single", epochs=3, spread=spread,
+                     history=epochs([7.5, 5, 5]), samples_per_s=2000.0),
     ])  # fmt: skip
     return a, b
 
@@ -43,7 +49,7 @@ def folders(tmp_path):
 def test_two_folders_compare_with_ratios_spec_differences_and_missing_runs(folders, tmp_path):
     result = compare.write(list(folders), tmp_path / "c.html")
     (section,) = result["sections"]
-    assert section["only"] == ["1 of 3 runs not in b: dataparallel_2gpu"]
+    assert section["only"] == ["1 of 4 runs not in b: dataparallel_2gpu"]
     assert section["different"] == [
         "ddp_2gpu on b: differs from a in batch_size (not the same experiment)"
     ]
@@ -60,7 +66,7 @@ def test_two_folders_compare_with_ratios_spec_differences_and_missing_runs(folde
     assert rows[("single_gpu", "a")][energy] == ""
     # The report's own verdicts, per folder: ddp_2gpu faster than single_gpu in a (1.62×), in b
     # (1.40×); each ratio's interval over the seeds' ×0.9..1.1 spread excludes 1.
-    (line,) = section["conclusions"]
+    line, _ = section["conclusions"]
     assert line.startswith("ddp_2gpu's throughput against single_gpu's: faster on a, 1.62×")
     assert "faster on b, 1.40×" in line and line.endswith("they agree.")
     page = (tmp_path / "c.html").read_text()
@@ -75,7 +81,7 @@ def test_disagreeing_conclusions_are_named(folders, tmp_path):
                         epochs=3, history=epochs([15, 10, 10]), spread=(0.9, 1.0, 1.1))  # fmt: skip
     folder(tmp_path, "b", [slow])
     (section,) = compare.compare([a, b])["sections"]
-    (line,) = section["conclusions"]
+    line, _ = section["conclusions"]
     assert "slower on b, 0.35×" in line and line.endswith("they DISAGREE.")
 
 
@@ -102,7 +108,7 @@ def test_the_compare_target_of_the_workflow_writes_the_page(folders, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     page = (out / "compare" / "compare.html").read_text()
-    assert "1 of 3 runs not in b: dataparallel_2gpu" in page
+    assert "1 of 4 runs not in b: dataparallel_2gpu" in page
     assert "they agree" in (out / "logs" / "compare.log").read_text()
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from conftest import make_spec
+from conftest import alike, make_spec
 from dmls import record
 from dmls.report import figures, observations
 from dmls.report.aggregate import summarize
@@ -259,7 +259,7 @@ def energy_study(target: float | None = 0.5, period_s: float | None = None) -> S
                                  samples_per_s=1900.0), 300, 50, period_s),
     ]  # fmt: skip
     settings = {} if target is None else {"target_accuracy": target}
-    return Study.from_metrics("parallelism", settings, metrics)
+    return alike("parallelism", settings, metrics)
 
 
 def test_the_study_shows_energy_per_epoch_and_to_the_target_with_intervals(tmp_path):
@@ -317,7 +317,7 @@ def test_runs_without_energy_show_the_reason_and_no_energy_column(tmp_path):
     metrics = [fake_metrics(run, launcher="single", epochs=2, gpu_mib=None) for run in ("a", "b")]
     for m in metrics:
         m["energy"] = {"measured": False, "reason": "a CPU run: NVML counts GPU energy only"}
-    study = Study.from_metrics("parallelism", {}, metrics)
+    study = alike("parallelism", {}, metrics)
     assert not study.energy_measured
     assert not any("energy" in header for header in study.results_table()["columns"])
     assert observations.energy_use(study) == [

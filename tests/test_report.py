@@ -14,7 +14,7 @@ import scipy.stats
 import yaml
 from matplotlib.container import ErrorbarContainer
 
-from conftest import ROOT, make_spec
+from conftest import ROOT, alike, make_spec
 from dmls import record, summary
 from dmls.config.studies import run_labels, varying_settings
 from dmls.files import write_json
@@ -205,7 +205,7 @@ def a1_study(**settings) -> Study:
             gpu_mib=310.0,
         ),
     ]
-    return Study.from_metrics("parallelism", {"title": "A1. Parallelism", **settings}, metrics)
+    return alike("parallelism", {"title": "A1. Parallelism", **settings}, metrics)
 
 
 def test_varying_settings_are_the_spec_keys_that_differ():
@@ -287,7 +287,7 @@ def seeds_study() -> Study:
         fake_metrics("dataparallel_2gpu", launcher="dp", nproc_per_node=2, epochs=3,
                      test_accuracy=0.796),
     ]  # fmt: skip
-    return Study.from_metrics("parallelism", {}, metrics)
+    return alike("parallelism", {}, metrics)
 
 
 def test_results_table_shows_each_mean_with_its_interval_and_one_seed_alone():
@@ -327,7 +327,7 @@ def test_comparisons_are_made_over_the_seeds_and_say_when_they_are_within_noise(
         fake_metrics("ddp_4gpu", launcher="torchrun", nproc_per_node=4, samples_per_s=1010.0,
                      epochs=3, test_accuracy=0.70, spread=spread),
     ]  # fmt: skip
-    study = Study.from_metrics("parallelism", {}, metrics)
+    study = alike("parallelism", {}, metrics)
     assert observations.versus_baseline(study) == [
         "ddp_2gpu vs single_gpu (they differ in launcher (torchrun vs single), nproc_per_node "
         "(2 vs 1), global batch (64 vs 32: 0.5× the optimizer steps per epoch)): "
@@ -378,7 +378,7 @@ def test_the_warm_process_compares_later_seeds_steady_epochs_with_the_first_seed
         fake_metrics("short", epochs=2, spread=(1.0, 1.0)),
         fake_metrics("failed", "failed", epochs=4),
     ]
-    study = Study.from_metrics("parallelism", {}, metrics)
+    study = alike("parallelism", {}, metrics)
     assert observations.warm_process(study) == [
         "Warm process, later seeds' steady epochs against the first seed's: warm 0.83× (95% "
         "interval 0.77–0.90×), faster; same 1.00× (95% interval 0.92–1.08×), within epoch "
@@ -413,7 +413,7 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     ]
     metrics[2]["seeds"][0]["kept"] = True
     metrics[2] |= record.combine(metrics[2])
-    study = Study.from_metrics("parallelism", {"baseline": "flat"}, metrics)
+    study = alike("parallelism", {"baseline": "flat"}, metrics)
     frame = study.results_frame().set_index("run")
     assert frame.at["graph", "peak_gpu_mem_allocated_bytes"] == pytest.approx(300 * MIB)
     assert frame.at["graph", "peak_gpu_mem_allocated_bytes_ci95"] == 0  # seeds 1, 2 agree
@@ -439,9 +439,7 @@ def test_peak_memory_is_the_warm_processs_and_says_what_the_first_seed_paid():
     ]
     # An eager run's first-seed excess is named, not put down to autotuning (it is off there).
     eager = [fake_metrics("eager", epochs=3, spread=(1.01, 1.0, 1.0), step="eager"), metrics[0]]
-    line = observations.memory_per_job(
-        Study.from_metrics("parallelism", {"baseline": "flat"}, eager)
-    )[0]
+    line = observations.memory_per_job(alike("parallelism", {"baseline": "flat"}, eager))[0]
     assert line.endswith("With eager steps the first seed also peaked higher, by eager 3.0 "
                          "MiB; that was not measured further.")  # fmt: skip
     assert observations.memory_per_job(study)[0] in observations.all_observations(study)
@@ -491,7 +489,7 @@ def test_a_study_with_seeds_builds_every_figure(tmp_path):
                      spread=(0.95, 1.0, 1.05))
         for b in (16, 32, 64)
     ]  # fmt: skip
-    study = Study.from_metrics("batch_size", {}, metrics)
+    study = alike("batch_size", {}, metrics)
     built = section.build(study, None, tmp_path, tmp_path / "curves", tmp_path / "figures")
     assert [f["name"] for f in built["figures"]] == ["overview", "curves", "sweep",
                                                      "generalization"]  # fmt: skip
@@ -506,7 +504,7 @@ def test_a_run_scales_against_the_single_worker_run_that_stepped_as_it_did():
     against the graph-replayed single_gpu (0.05×, parallel efficiency 3%): the step changed
     with the launcher, unsaid. It scales against the eager single-GPU run."""
     why = "DataParallel copies the model to its GPUs from Python in every step"
-    study = Study.from_metrics(
+    study = alike(
         "parallelism",
         {},
         [
@@ -526,7 +524,7 @@ def test_a_run_scales_against_the_single_worker_run_that_stepped_as_it_did():
 
 def test_runs_that_could_not_use_a_cuda_graph_are_named_with_the_reason():
     dp_reason = "DataParallel copies the model to its GPUs from Python in every step"
-    study = Study.from_metrics(
+    study = alike(
         "parallelism",
         {},
         [
@@ -553,7 +551,7 @@ def test_half_precision_a_cpu_computes_slowly_is_named_with_its_cause():
     def study(kernels, flags):
         runs = [_on_cpu(fake_metrics(p, study="precision", precision=p), kernels, flags)
                 for p in ("fp32", "bf16", "fp16")]  # fmt: skip
-        return Study.from_metrics("precision", {}, runs)
+        return alike("precision", {}, runs)
 
     # The development machine: AVX-512 without bf16 or fp16 instructions.
     lines = observations.cpu_half_precision(study({"bf16": True, "fp16": False}, []))
@@ -576,13 +574,13 @@ def test_half_precision_a_cpu_computes_slowly_is_named_with_its_cause():
     old = [fake_metrics(p, study="precision", precision=p) for p in ("fp32", "fp16")]
     for m in old:
         m["derived"]["device"] = "cpu"
-    assert not observations.cpu_half_precision(Study.from_metrics("precision", {}, old))
+    assert not observations.cpu_half_precision(alike("precision", {}, old))
     # GPU runs are not the CPU's business.
     gpu = [fake_metrics(p, study="precision", precision=p) for p in ("fp32", "fp16")]
     for m in gpu:
         m["host"]["cpu_half_precision"] = {"onednn_kernels": {"bf16": True, "fp16": False},
                                            "flags": []}  # fmt: skip
-    assert not observations.cpu_half_precision(Study.from_metrics("precision", {}, gpu))
+    assert not observations.cpu_half_precision(alike("precision", {}, gpu))
 
 
 @pytest.mark.parametrize("storage", ["python", "pyarrow"])
@@ -596,14 +594,14 @@ def test_half_precision_note_on_a_study_of_gpu_runs_whatever_backs_pandas_string
         m["host"]["cpu_half_precision"] = {"onednn_kernels": {"bf16": True, "fp16": True},
                                            "flags": ["avx512_bf16", "amx_bf16"]}  # fmt: skip
     with pd.option_context("mode.string_storage", storage):
-        study = Study.from_metrics("precision", {}, gpu)
+        study = alike("precision", {}, gpu)
         assert study.ok["cpu_half_flags"].dtype.storage == storage
         assert observations.cpu_half_precision(study) == []
 
 
 def test_each_data_path_scales_against_its_own_single_worker_run(tmp_path):
     course = {"loader": "torch", "step": "eager"}
-    study = Study.from_metrics(
+    study = alike(
         "parallelism",
         {},
         [
@@ -643,7 +641,7 @@ def test_a_cpu_runs_memory_is_one_value_per_job_and_its_verdict_says_so():
                          spread=(1.0, 1.1))]  # fmt: skip
     for m in runs:
         m["derived"]["device"] = "cpu"
-    [line] = observations.versus_baseline(Study.from_metrics("parallelism", {}, runs))
+    [line] = observations.versus_baseline(alike("parallelism", {}, runs))
     assert line.endswith("peak host RSS (max over ranks) 2000.0 vs 2000.0 MiB, 1.00×, too few "
                          "jobs to tell.")  # fmt: skip
 
@@ -667,7 +665,7 @@ def test_sweep_fits_memory_against_the_swept_setting():
         )
         for b in (16, 32, 64, 128)
     ]
-    study = Study.from_metrics("batch_size", {"baseline": "b32"}, metrics)
+    study = alike("batch_size", {"baseline": "b32"}, metrics)
     assert study.sweep_key == "batch_size"
     lines = observations.sweep(study)
     # The answer's fit (comparisons.fit), so that the section gives one line, not two.
@@ -690,7 +688,7 @@ def test_each_section_says_whether_its_jobs_had_the_host_to_themselves():
             m = fake_metrics(f"r{i}")
             m["launch"] = launch | {"seconds": 100.0}
             metrics.append(m)
-        return Study.from_metrics("parallelism", {}, metrics).provenance()["isolation"]
+        return alike("parallelism", {}, metrics).provenance()["isolation"]
 
     # What the config enforced (no other job of the DAG beside it), never that the host was
     # otherwise idle: what else ran there is the measured `load` (below).
@@ -705,8 +703,8 @@ def test_a_cpu_run_on_a_gpu_host_says_it_ran_on_the_cpu():
     """The example's B sections said "4× NVIDIA H200" for runs that trained on CPUs."""
     gpu, cpu = fake_metrics("g"), fake_metrics("c")
     cpu["derived"]["device"] = "cpu"
-    assert Study.from_metrics("parallelism", {}, [gpu]).provenance()["card"] == "1× NVIDIA H100"
-    assert Study.from_metrics("parallelism", {}, [cpu]).provenance()["card"] == "CPU: Xeon"
+    assert alike("parallelism", {}, [gpu]).provenance()["card"] == "1× NVIDIA H100"
+    assert alike("parallelism", {}, [cpu]).provenance()["card"] == "CPU: Xeon"
 
 
 def test_a_section_whose_runs_overlapped_no_other_job_says_it_ran_alone():
@@ -758,7 +756,7 @@ def test_generalization_flags_test_loss_rising_while_train_loss_falls():
         # Three seeds, each rising from epoch 2 (the rule: an interval over the seeds).
         fake_metrics("overfits", epochs=4, history=history, spread=(0.95, 1.0, 1.05)),
     ]
-    result = overfitting.generalization(Study.from_metrics("parallelism", {}, metrics))
+    result = overfitting.generalization(alike("parallelism", {}, metrics))
     rows = {row[0]: row for row in result["rows"]}
     assert rows["overfits"][3] == "2 of 4" and rows["overfits"][5] == "yes"
     assert rows["overfits"][1] == "40.0"  # train 90% vs test 50% at the end
@@ -781,7 +779,7 @@ def test_grid_study_draws_a_heatmap_and_the_speedup(tmp_path):
         for n in (1, 2)
         for p in (1, 2)
     ]
-    study = Study.from_metrics("cluster_torchrun", {}, metrics)
+    study = alike("cluster_torchrun", {}, metrics)
     assert study.is_grid and study.scales_workers
     built = section.build(study, None, tmp_path, tmp_path / "curves", tmp_path / "figures")
     names = [f["name"] for f in built["figures"]]
@@ -800,7 +798,7 @@ def test_grid_study_draws_a_heatmap_and_the_speedup(tmp_path):
 def test_a_study_where_nothing_ran_draws_its_reasons(tmp_path):
     metrics = [fake_metrics("fp8", "skipped", study="precision", epochs=2)]
     built = section.build(
-        Study.from_metrics("precision", {}, metrics), None, tmp_path, tmp_path / "c", tmp_path / "f"
+        alike("precision", {}, metrics), None, tmp_path, tmp_path / "c", tmp_path / "f"
     )
     assert [f["name"] for f in built["figures"]] == ["no_results"]
     assert built["curves"][0]["file"] == "c/fp8.png"
@@ -990,9 +988,7 @@ def test_a5_predicts_each_backends_all_reduce_from_the_collectives_sweep():
             rank["device"] = f"cuda:{rank['rank']}"
         return metrics
 
-    study = Study.from_metrics(
-        "backend", {}, [run("nccl_b32", "nccl", 0.44), run("gloo_b32", "gloo", 4.1)]
-    )
+    study = alike("backend", {}, [run("nccl_b32", "nccl", 0.44), run("gloo_b32", "gloo", 4.1)])
     sweep = pd.DataFrame(
         [{"backend": b, "device": "cuda", "op": "all_reduce", "processes": 2, "status": "ok",
           "size_bytes": size, "latency_us": us}
@@ -1009,9 +1005,7 @@ def test_a5_predicts_each_backends_all_reduce_from_the_collectives_sweep():
     assert pair.endswith("accounts for 23% of the gap: the rest of the gap is not the all-reduce.")
     assert observations.communication(study, None) == []
     # Gloo's epoch at 1.3 s: a 0.86 s gap (95% interval 0.57 to 1.15 s) holds the 0.84 s.
-    study = Study.from_metrics(
-        "backend", {}, [run("nccl_b32", "nccl", 0.44), run("gloo_b32", "gloo", 1.3)]
-    )
+    study = alike("backend", {}, [run("nccl_b32", "nccl", 0.44), run("gloo_b32", "gloo", 1.3)])
     *_, pair = observations.communication(study, sweep)
     assert pair.endswith("98% of the gap, and the prediction lies inside the measured interval.")
 
@@ -1027,7 +1021,7 @@ def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_basel
         fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=1620.0,
                      epochs=3, history=epochs([15, 10, 10]), spread=(0.45, 0.5, 0.55)),
     ]  # fmt: skip
-    study = Study.from_metrics("parallelism", {"target_accuracy": 0.5}, metrics)
+    study = alike("parallelism", {"target_accuracy": 0.5}, metrics)
     row = study.runs.loc["single_gpu"]
     assert row["time_to_target_s"] == pytest.approx((27 + 29.5) / 2)
     assert row["epochs_to_target"] == pytest.approx(7 / 3)
@@ -1054,7 +1048,7 @@ def test_time_to_target_accuracy_per_run_with_its_interval_and_against_the_basel
     assert "time_to_accuracy" in names
     assert "time_to_target_s_ci95" in study.results_frame().columns
     # Without a target: none of it.
-    plain = Study.from_metrics("parallelism", {}, metrics)
+    plain = alike("parallelism", {}, metrics)
     assert observations.time_to_accuracy(plain) == [] and len(plain.result_columns) == 17
 
 
@@ -1178,7 +1172,7 @@ def test_memory_compares_the_peak_with_what_a_step_adds_beside_it():
             seed["step_gpu_mem_bytes"] = int(step_mib * MIB)
             seed["peak_gpu_mem_allocated_bytes"] = int((210 + step_mib) * MIB)
         metrics.append(m | record.combine(m))
-    study = Study.from_metrics("batch_size", {}, metrics)
+    study = alike("batch_size", {}, metrics)
     assert study.memory == ("peak_gpu_mem_allocated_bytes", "peak GPU memory (max over GPUs)")
     assert study.step_memory
     table = study.results_table()
@@ -1266,7 +1260,7 @@ def test_provenance_names_the_data_the_course_used_where_ours_stands_in_and_emul
     assert stand_in("synthetic_cifar", "CIFAR-10") == " (a stand-in for the course's CIFAR-10)"
     grid = fake_metrics("n2xp1", launcher="torchrun", nodes=2, epochs=3)
     grid["derived"]["nodes_emulated"] = True
-    p = Study.from_metrics("cluster_torchrun", {}, [grid]).provenance()
+    p = alike("cluster_torchrun", {}, [grid]).provenance()
     assert p["nodes"].startswith("nodes emulated on one host") and p["data"] == "CIFAR-10"
     assert a1_study().provenance()["nodes"] == ""
 
@@ -1294,7 +1288,7 @@ def test_a_runs_numbers_are_built_once_and_name_the_seeds_they_count():
     """The numbers layer (report/run_numbers.py): values over the seeds record.counted_seeds
     counts, their estimate, how the text names them, and what the first seed measured more."""
     metrics = fake_metrics("graph", epochs=3, spread=(1.2, 1.0, 1.0))
-    study = Study.from_metrics("parallelism", {}, [metrics])
+    study = alike("parallelism", {}, [metrics])
     numbers = study.numbers["graph"]
     memory = "peak_gpu_mem_allocated_bytes"
     assert numbers.counted(memory) == [1, 2] and numbers.seeds_said(memory) == "warm seeds 1 and 2"
@@ -1312,7 +1306,7 @@ def test_a_panel_whose_runs_differ_more_than_tenfold_has_a_log_axis(tmp_path, mo
     monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault(path.stem, fig))
     runs = [fake_metrics("graphs", samples_per_s=120_000.0),
             fake_metrics("dataloader", samples_per_s=3_800.0)]  # fmt: skip
-    figures.overview(Study.from_metrics("parallelism", {}, runs), tmp_path / "overview.png")
+    figures.overview(alike("parallelism", {}, runs), tmp_path / "overview.png")
     throughput, memory, accuracy = drawn["overview"].axes
     assert throughput.get_xscale() == "log" and "log scale" in throughput.get_xlabel()
     assert memory.get_xscale() == accuracy.get_xscale() == "linear"
@@ -1350,7 +1344,7 @@ def test_figures_an_earlier_version_dropped_are_said_where_the_tables_omit_them(
     metrics[1]["earlier_version"] = {
         "metrics_version": 3, "dropped": ["step_gpu_mem_bytes"], "why": versions.V3_STEP_WHY
     }  # fmt: skip
-    study = Study.from_metrics("batch_size", {}, metrics)
+    study = alike("batch_size", {}, metrics)
     assert observations.earlier_versions(study) == [
         f"Not shown for b32: step_gpu_mem_bytes, {versions.V3_STEP_WHY}; a run trained again "
         "with this pipeline records them."
@@ -1364,7 +1358,7 @@ def test_what_shared_the_host_is_said_from_what_was_measured():
     m["launch"] = {"isolation": "host", "seconds": 100.0, "load_average_before": [3.2, 2.0, 1.0]}
     for seed in m["seeds"]:
         seed["history"][1]["train_time_s"], seed["history"][2]["train_time_s"] = 1.56, 18.56
-    p = Study.from_metrics("parallelism", {}, [m]).provenance()
+    p = alike("parallelism", {}, [m]).provenance()
     cores = m["host"]["cpu_count"]
     assert p["load"] == f"load 3.2/{cores} cores; epochs ≤11.90× apart"
 
@@ -1382,7 +1376,7 @@ def test_overfitting_is_a_rise_beyond_seed_noise_not_a_share_of_the_mean():
                 row["test_loss"], row["train_loss"] = loss, 3.0 / row["epoch"]
         return m | record.combine(m)
 
-    study = Study.from_metrics("parallelism", {}, [
+    study = alike("parallelism", {}, [
         run("rises", [(1.0, 1.10), (1.0, 1.12), (1.0, 1.11)]),
         run("noise", [(1.0, 1.30), (1.0, 0.98), (1.0, 0.99)]),
         run("one", [(1.0, 1.5)]),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, alike
 from dmls import stats
 from dmls.report import answers, comparisons, observations, special_answers, wording
 from dmls.report.study import Study
@@ -100,7 +100,7 @@ def _pair(samples_per_s: float, spread: tuple[float, ...], accuracy: float) -> S
     ddp = fake_metrics("ddp", launcher="torchrun", nproc_per_node=2, epochs=3,
                        samples_per_s=samples_per_s, test_accuracy=accuracy,
                        spread=spread)  # fmt: skip
-    return Study.from_metrics("parallelism", {"baseline": "one"}, [one, ddp])
+    return alike("parallelism", {"baseline": "one"}, [one, ddp])
 
 
 STUDIES = {  # (the second run's samples/s, its seeds' spread, accuracy; the first: 1000, 80%)
@@ -149,7 +149,7 @@ def test_a_fitted_slope_is_a_finding_only_where_its_interval_excludes_zero(slope
                      spread=(1.0, 1.0, 1.0))
         for b in (16, 32, 64, 128)
     ]  # fmt: skip
-    line = comparisons.fit(Study.from_metrics("batch_size", {}, runs), "memory", "batch_size")
+    line = comparisons.fit(alike("batch_size", {}, runs), "memory", "batch_size")
     assert line["verdict"].startswith("grows" if slope else "within seed noise"), line
     assert "4 runs' means" in line["points"]
 

@@ -105,6 +105,12 @@ class Comparison:
     n_a: int
     n_b: int
     null: float  # no effect: 0 for a difference, 1 for a ratio
+    # Why there is no verdict where that is not a side's one seed (across_jobs: no two
+    # identical jobs measured how much jobs differ); empty otherwise.
+    untold: str = ""
+    # What counts as no effect besides the null itself (across_jobs: as far as two jobs of
+    # identical settings differed, either way); None: the null alone.
+    band: tuple[float, float] | None = None
 
     @property
     def has_interval(self) -> bool:
@@ -123,8 +129,10 @@ class Comparison:
         return self.has_interval and self.low == self.high == self.null
 
     def against(self, null: float) -> Comparison:
-        """The same comparison judged against another null (a speed-up against the ideal)."""
-        return replace(self, null=null)
+        """The same comparison judged against another null (a speed-up against the ideal), its
+        `band` of no effect moved with it (scaled, for a ratio)."""
+        band = self.band and tuple(end * null / self.null for end in self.band)
+        return replace(self, null=null, band=band)
 
     @property
     def finding(self) -> str:
@@ -148,11 +156,12 @@ MORE, LESS, NO_EFFECT, TOO_FEW = "more", "less", "no effect", "too few"
 def finding(comparison: Comparison) -> str:
     """MORE or LESS when the 95% interval excludes the null, NO_EFFECT when it holds it,
     TOO_FEW without an interval (a side with one seed)."""
-    if not comparison.has_interval:
+    if not comparison.has_interval or comparison.untold:
         return TOO_FEW
-    if comparison.low > comparison.null:
+    low, high = comparison.band or (comparison.null, comparison.null)
+    if comparison.low > high:
         return MORE
-    if comparison.high < comparison.null:
+    if comparison.high < low:
         return LESS
     return NO_EFFECT
 
@@ -163,10 +172,14 @@ def verdict(comparison: Comparison, more: str, less: str, unit: str = "seed") ->
     tell"; `unit` is what the noise is over ("seed", "repeat")."""
     way = finding(comparison)
     if way == TOO_FEW:
-        return f"too few {unit}s to tell"
+        return (
+            f"no verdict: {comparison.untold}" if comparison.untold else f"too few {unit}s to tell"
+        )
     if way == NO_EFFECT:
         if comparison.identical:
             return f"identical in every {unit} compared"
+        if comparison.band and not comparison.low <= comparison.null <= comparison.high:
+            return "within what two identical jobs differed by"
         return f"within {unit} noise"
     return more if way == MORE else less
 
@@ -217,25 +230,28 @@ def ratio(
 
 @dataclass(frozen=True)
 class JobNoise:
-    """How much two jobs of identical settings differ (an A/A control): the variance of a
-    job's mean log value around its group's mean, pooled over groups of identical jobs, and its
-    degrees of freedom (the jobs less one per group); `jobs` the jobs it is over."""
+    """How much two jobs of identical settings differed (A/A jobs): the largest ratio between
+    two of them (≥ 1), over `jobs` jobs in groups of identical settings (`labels`, as the
+    caller names them)."""
 
-    variance: float
-    df: int
+    largest: float
     jobs: int
+    labels: tuple[tuple[str, ...], ...] = ()
 
 
 def job_noise(groups: Sequence[Sequence[float]]) -> JobNoise | None:
-    """`JobNoise` from groups of positive values, each group one value per job (a job's
-    geometric mean over its seeds) of jobs with identical settings; None without a group of two."""
-    groups = [np.log(_finite(g)[_finite(g) > 0]) for g in groups]
+    """`JobNoise` from groups of positive values, each one value per job (a job's geometric
+    mean over its seeds) of jobs with identical settings; None without a group of two."""
+    groups = [g[g > 0] for g in (_finite(g) for g in groups)]
     groups = [g for g in groups if len(g) >= 2]
-    df = sum(len(g) - 1 for g in groups)
-    if not df:
+    if not groups:
         return None
-    squares = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
-    return JobNoise(squares / df, df, sum(len(g) for g in groups))
+    return JobNoise(max(float(g.max() / g.min()) for g in groups), sum(len(g) for g in groups))
+
+
+UNTOLD_JOBS = (
+    "no two jobs of identical settings ran on this kind of device to measure how much jobs differ"
+)
 
 
 def across_jobs(
@@ -244,31 +260,17 @@ def across_jobs(
     noise: JobNoise | None,
     confidence: float = CONFIDENCE,
 ) -> Comparison | None:
-    """The ratio of geometric means a / b (as `ratio`) of two jobs, whose interval also covers
-    how much two jobs of identical settings differ: each job adds `noise.variance` to the log
-    ratio's variance, beside Welch's variance of the seeds' logs, with Satterthwaite's degrees
-    of freedom for the sum. Without `noise` (no two identical jobs measured it) the ratio has no
-    interval: seeds within one job can't see what varies between jobs. None without a value."""
-    x, y = _finite(a), _finite(b)
-    x, y = np.log(x[x > 0]), np.log(y[y > 0])
-    if not len(x) or not len(y):
-        return None
-    diff = float(x.mean() - y.mean())
+    """The ratio of geometric means a / b (`ratio`, its interval over the seeds) of two jobs,
+    where no effect is anything as far from 1 as two jobs of identical settings differed
+    (`band`: 1 / noise.largest to noise.largest): a finding only where the whole interval lies
+    beyond it. Without `noise` (no two identical jobs measured it) it has no verdict: the seeds
+    within one job can't see what varies between jobs. None without a value."""
+    result = ratio(a, b, confidence)
+    if result is None or not result.has_interval:
+        return result
     if noise is None:
-        return Comparison(math.exp(diff), None, None, len(x), len(y), 1.0)
-    parts = [(2 * noise.variance, noise.df)]  # (each of the two jobs adds its own)
-    if len(x) >= 2 and len(y) >= 2:
-        va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-        if va + vb > 0:
-            welch = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1))
-            parts.append((va + vb, welch))
-    variance = sum(v for v, _ in parts)
-    if variance == 0:
-        return Comparison(math.exp(diff), math.exp(diff), math.exp(diff), len(x), len(y), 1.0)
-    df = variance**2 / sum(v**2 / d for v, d in parts if v)
-    half = float(_scipy_stats().t.ppf((1 + confidence) / 2, df)) * math.sqrt(variance)
-    return Comparison(math.exp(diff), math.exp(diff - half), math.exp(diff + half),
-                      len(x), len(y), 1.0)  # fmt: skip
+        return replace(result, untold=UNTOLD_JOBS)
+    return replace(result, band=(1 / noise.largest, noise.largest))
 
 
 def change(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Comparison | None:

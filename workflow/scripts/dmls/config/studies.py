@@ -49,3 +49,14 @@ def run_labels(specs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, st
 def baseline_run(settings: Mapping[str, Any], runs: Sequence[str]) -> str:
     """The run a study's speed-ups are measured against: its `baseline`, else its first run."""
     return settings.get("baseline") or runs[0]
+
+
+def identical_runs(specs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The run ids ("<study>/<run>") whose settings another run repeats to the last key, their
+    names aside: the DAG's A/A jobs, whose speeds measure how much two jobs of identical
+    settings differ (dmls.report.quantities.job_noise)."""
+    groups: dict[str, list[str]] = {}
+    for run_id, spec in specs.items():
+        flat = {k: v for k, v in flatten(spec).items() if k not in ("study", "run")}
+        groups.setdefault(repr(sorted(flat.items(), key=str)), []).append(run_id)
+    return [run_id for group in groups.values() if len(group) > 1 for run_id in group]

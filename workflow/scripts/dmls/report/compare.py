@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,10 @@ def conclusions(studies: dict[str, Study]) -> list[str]:
             throughput = comparisons[run][0]
             verdicts.add(observations.verdict(throughput))
             parts.append(f"{observations.verdict(throughput)} on {name}, {_ratio(throughput)}")
-        agree = "they agree" if len(verdicts) == 1 else "they DISAGREE"
+        if any(c[run][0].finding == quantities.TOO_FEW for c in per_folder.values()):
+            agree = "whether they agree, not judged without a verdict on each"
+        else:
+            agree = "they agree" if len(verdicts) == 1 else "they DISAGREE"
         lines.append(
             f"{run}'s throughput against {first.baseline}'s: " + "; ".join(parts) + f": {agree}."
         )
@@ -196,13 +200,19 @@ def compare(
     paths = dict(zip(names, folders, strict=True))
     ref_name = names[0]
     all_studies = list(dict.fromkeys(s for by in loaded.values() for s in by))
+    # How much jobs of identical settings differ in speed, from every folder's A/A jobs: each
+    # speed compared between two runs, of one folder or two, counts it (quantities.compare).
+    noise = quantities.job_noise(*([m for ms in by.values() for m in ms] for by in loaded.values()))
     sections = []
     for key in all_studies:
         present = {name: by[key] for name, by in loaded.items() if key in by}
         reported = [report_baseline(paths[name], key) for name in present]
         baseline, source = common_baseline(present, reported, configured.get(key))
         settings = {"baseline": baseline}
-        studies = {name: Study.from_metrics(key, settings, ms) for name, ms in present.items()}
+        studies = {
+            name: replace(Study.from_metrics(key, settings, ms), job_noise=noise)
+            for name, ms in present.items()
+        }
         runs = list(dict.fromkeys(m["run"] for ms in present.values() for m in ms))
         rows, different = [], []
         absent: dict[str, list[str]] = {}  # folder -> the study's runs it lacks

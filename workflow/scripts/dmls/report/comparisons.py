@@ -16,11 +16,11 @@ from typing import Any
 from dmls.config.studies import flatten
 from dmls.report import quantities
 from dmls.report.cells import MIB
-from dmls.report.study import OK, Study, step_taken
+from dmls.report.study import OK, Study
 from dmls.report.wording import inside, minus, no_range, points_strings, ratio_strings
 
 # Spec keys that never make two runs' training differ.
-BOOKKEEPING = {"study", "run", "seed", "seeds"}
+BOOKKEEPING = quantities.BOOKKEEPING
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,9 @@ def compare(
     if quantities.warm(metric) or len(said) > 1:  # (else: every finished seed)
         seeds = " vs ".join(sorted(said))
         means += f", {seeds}" + first_seeds(((a_study, run), (b_study, b_run)), metric, spec)
-    extra = also_differ(ran(a_study.metrics[run]), ran(b_study.metrics[b_run]), factor)
+    extra = also_differ(
+        quantities.ran(a_study.metrics[run]), quantities.ran(b_study.metrics[b_run]), factor
+    )
     also = f"; the two also differ in {extra}" if extra else ""
     also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
     unit = quantities.noise_unit(metric)
@@ -317,26 +319,6 @@ def require_finished(study: Study, run: str) -> None:
 
 def _number(value: float, spec: Metric) -> str:
     return f"{value * spec.scale:,.{spec.decimals}f}"
-
-
-def ran(metrics: dict[str, Any]) -> dict[str, Any]:
-    """What a run ran, as dotted keys: its spec, with `step` the step it took (a DataParallel
-    run asked for a graph steps eagerly: `step` is then "eager"), and what the spec implies
-    that changes training too (`IMPLIED`): the global batch (half the optimizer steps per
-    epoch at twice the batch), the CUDA graphs its step captured (gradient accumulation
-    captures a second), the Linear layers it ran in fp8, and the wrapper its model trained in
-    (DDP's all-reduce hooks cost a step even at one process)."""
-    flat = flatten(metrics["spec"])
-    if taken := step_taken(metrics):
-        flat["step"] = taken
-    step = metrics.get("step") or {}
-    flat["global batch"] = metrics["derived"].get("global_batch_size")
-    if step.get("mode"):  # (an eager step captures none)
-        flat["CUDA graphs captured"] = step.get("graphs") if step["mode"] == "cuda_graph" else 0
-    flat["Linear layers in fp8"] = metrics.get("fp8_linear_layers") or 0
-    if wrapper := step.get("wrapper"):
-        flat["model wrapper"] = wrapper
-    return flat
 
 
 # What `ran` adds beyond the spec, and the spec keys that make it by definition: a study whose

@@ -10,8 +10,8 @@ import pandas as pd
 from dmls.report import quantities, targets
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
-from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit, ran
-from dmls.report.study import OK, Study
+from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit
+from dmls.report.study import OK, Study, device_kind
 from dmls.report.wording import in_s, points_text, ratio_text
 
 # The verdict's words (dmls.stats.verdict) for more and less of what a sentence compares.
@@ -78,7 +78,7 @@ def versus_baseline(study: Study) -> list[str]:
             mib = f"{row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB"
             said = ratio_text(ratio, *WORDS["memory"], quantities.noise_unit(column))
             parts.append(f"{what} {mib}, {said}")
-        differ = also_differ(ran(study.metrics[run]), ran(study.metrics[base_name]), ())
+        differ = also_differ(*(quantities.ran(study.metrics[r]) for r in (run, base_name)), ())
         pair = f"{run} vs {base_name}" + (f" (they differ in {differ})" if differ else "")
         lines.append(f"{pair}: " + "; ".join(parts) + ".")
     return lines
@@ -105,6 +105,34 @@ def baseline_comparisons(
 def verdict(comparison: quantities.Comparison) -> str:
     """A throughput ratio's verdict (compare.html): the one rule, dmls.stats.verdict."""
     return comparison.verdict(*WORDS["samples_per_s"])
+
+
+def between_jobs(study: Study) -> list[str]:
+    """Once per study that compares speeds: every run is its own job, and jobs differ by more
+    than their seeds (the machine's state, what ran beside them); a speed between two runs is a
+    finding only beyond what the results folder's A/A jobs differed by on that kind of device
+    (quantities.job_noise), and has no verdict where no such jobs ran."""
+    if len(study.ok) - len(study.single_seed_runs) < 2:  # (no two runs with intervals)
+        return []
+    kinds = sorted({device_kind(study.metrics[run]) for run in study.ok.index})
+    lines = []
+    for kind in kinds:
+        where = {"cuda": "on GPUs", "cpu": "on CPUs"}[kind]
+        noise = study.job_noise.get(kind)
+        if noise is None:
+            lines.append(
+                f"Speeds between runs {where} have no verdict: each run is its own job, and no "
+                "two jobs of identical settings finished here to measure how much jobs differ "
+                "beyond their seeds."
+            )
+            continue
+        pairs = "; ".join(" and ".join(group) for group in noise.labels)
+        lines.append(
+            f"A speed between two runs {where} (each its own job) is a finding only where its "
+            "interval lies beyond what two jobs of identical settings differed by: "
+            f"{100 * (noise.largest - 1):.1f}% at most, among {pairs}."
+        )
+    return lines
 
 
 def scaling(study: Study) -> list[str]:
@@ -456,7 +484,8 @@ def energy_use(study: Study) -> list[str]:
 def all_observations(
     study: Study, other: Study | None = None, collectives: pd.DataFrame | None = None
 ) -> list[str]:
-    lines = seed_note(study) + versus_baseline(study) + scaling(study) + sweep(study)
+    lines = seed_note(study) + between_jobs(study) + versus_baseline(study) + scaling(study)
+    lines += sweep(study)
     lines += communication(study, collectives)
     lines += time_to_accuracy(study) + energy_use(study)
     lines += warm_process(study) + memory_per_job(study) + earlier_versions(study)

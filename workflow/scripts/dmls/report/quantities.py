@@ -17,11 +17,14 @@ seeds are compared seed by seed (stats.paired: identical in every seed reads so)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dmls import record, stats
+from dmls.config.studies import flatten
+from dmls.report.study import device_kind, step_taken
 
 # The vocabulary the words read: a compared number and the one rule's four outcomes.
 from dmls.stats import LESS, MORE, NO_EFFECT, TOO_FEW, Comparison, Estimate, Line  # noqa: F401
@@ -58,16 +61,91 @@ def noise_unit(metric: str) -> str:
     return "seed" if metric in record.SEED_METRICS else "job"
 
 
+# What varies between two jobs of identical settings beyond their seeds (the machine's state as
+# each ran, what else it ran beside): a speed. Two runs are two jobs, so their speeds are
+# compared with that variation counted (stats.across_jobs), measured by the DAG's A/A jobs.
+BETWEEN_JOBS = frozenset({"samples_per_s"})
+
+
 def compare(
     study: Study, run: str, reference: str, metric: str, other: Study | None = None
 ) -> Comparison | None:
     """`run` of `study` against `reference` (of `other`, where given: a run of another study or
     results folder) over the seeds each counts (Study.by_seed, record.counted_seeds): a ratio
     of geometric means or a difference of means (`kind`), seed by seed where both have the
-    same seeds (stats.paired). None where a side has no value."""
+    same seeds (stats.paired). A speed (`BETWEEN_JOBS`) of two runs, each its own job, has an
+    interval that also covers how much jobs of identical settings differ (`Study.job_noise`,
+    stats.across_jobs), and none where no such jobs ran. None where a side has no value."""
+    theirs = other or study
     how = stats.difference if kind(metric) == "difference" else stats.ratio
-    theirs = (other or study).by_seed(reference, metric)
-    return stats.paired(how, study.by_seed(run, metric), theirs)
+    if metric in BETWEEN_JOBS and (theirs is not study or run != reference):
+        device = device_kind(study.metrics[run])
+        noise = (study.job_noise or theirs.job_noise or {}).get(device)
+
+        def how(a: Sequence[float], b: Sequence[float], confidence: float) -> Comparison | None:
+            return stats.across_jobs(a, b, noise, confidence)
+
+    return stats.paired(how, study.by_seed(run, metric), theirs.by_seed(reference, metric))
+
+
+def ran(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What a run ran, as dotted keys: its spec, with `step` the step it took (a DataParallel
+    run asked for a graph steps eagerly: `step` is then "eager"), and what the spec implies
+    that changes training too: the global batch (half the optimizer steps per epoch at twice
+    the batch), the CUDA graphs its step captured (gradient accumulation captures a second),
+    the Linear layers it ran in fp8, and the wrapper its model trained in (DDP's all-reduce
+    hooks cost a step even at one process)."""
+    flat = flatten(metrics["spec"])
+    if taken := step_taken(metrics):
+        flat["step"] = taken
+    step = metrics.get("step") or {}
+    flat["global batch"] = metrics["derived"].get("global_batch_size")
+    if step.get("mode"):  # (an eager step captures none)
+        flat["CUDA graphs captured"] = step.get("graphs") if step["mode"] == "cuda_graph" else 0
+    flat["Linear layers in fp8"] = metrics.get("fp8_linear_layers") or 0
+    if wrapper := step.get("wrapper"):
+        flat["model wrapper"] = wrapper
+    return flat
+
+
+# Spec keys that never make two runs' training differ.
+BOOKKEEPING = frozenset({"study", "run", "seed", "seeds"})
+
+
+def identical_jobs(records: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The finished runs that ran the same thing (`ran`, but their names) on the same kind of
+    device of the same host, grouped: A/A jobs, two or more to a group. Seeds are not
+    bookkeeping here: the same seeds make the same work."""
+
+    def key(metrics: dict[str, Any]) -> str:
+        flat = {k: v for k, v in ran(metrics).items() if k not in {"study", "run"}}
+        where = (metrics["ranks"][0].get("hostname"), device_kind(metrics))
+        return repr((sorted(flat.items(), key=str), where))
+
+    groups: dict[str, dict[str, dict[str, Any]]] = {}
+    for metrics in records:
+        if metrics.get("status") == "ok":
+            groups.setdefault(key(metrics), {})[f"{metrics['study']}/{metrics['run']}"] = metrics
+    return [list(g.values()) for g in groups.values() if len(g) >= 2]
+
+
+def job_noise(*folders: Sequence[dict[str, Any]]) -> dict[str, stats.JobNoise]:
+    """How much the speeds of identical jobs (`identical_jobs`, within each results folder's
+    records: two folders' runs of one name are what compare.html compares, not A/A jobs)
+    differed, per kind of device ("cuda", "cpu"): stats.job_noise over each job's geometric
+    mean samples/s (its counted seeds); a kind without two such jobs is absent."""
+    jobs = [group for records in folders for group in identical_jobs(records)]
+    found = {}
+    for device in ("cuda", "cpu"):
+        mine = [g for g in jobs if device_kind(g[0]) == device]
+        groups = [
+            [stats.geometric_mean(record.counted_values(m, "samples_per_s")) for m in group]
+            for group in mine
+        ]
+        if noise := stats.job_noise(groups):
+            names = tuple(tuple(f"{m['study']}/{m['run']}" for m in group) for group in mine)
+            found[device] = replace(noise, labels=names)
+    return found
 
 
 def between(study: Study, run: str, other: Study, metric: str) -> Comparison | None:

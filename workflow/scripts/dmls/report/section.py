@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -10,7 +11,7 @@ import yaml
 
 from dmls import record
 from dmls.files import atomic_write, write_json
-from dmls.report import answers, figures, observations, overfitting
+from dmls.report import answers, figures, observations, overfitting, quantities
 from dmls.report.study import Study
 
 
@@ -93,6 +94,12 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
             snakemake.params.compare_settings,
             [record.read(p) for p in snakemake.input.compared],
         )
+    # How much the DAG's identical jobs differ in speed: every speed two runs compare counts it.
+    noise = quantities.job_noise(
+        [record.read(p) for p in getattr(snakemake.input, "identical", [])]
+    )
+    study = replace(study, job_noise=noise)
+    other = other and replace(other, job_noise=noise)
     sweep = getattr(snakemake.input, "collectives", None)
     texts = [
         entry

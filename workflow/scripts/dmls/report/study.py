@@ -90,10 +90,21 @@ class Study:
     target_accuracy: float | None = None
     # Every run's numbers, built once from its record (the numbers layer).
     numbers: dict[str, RunNumbers] = field(default_factory=dict)
+    # How much jobs of identical settings differ, per kind of device (stats.job_noise over the
+    # results folder's A/A jobs, quantities.job_noise): every speed compared between two runs,
+    # each its own job, is judged against it.
+    job_noise: dict[str, stats.JobNoise] = field(default_factory=dict)
 
     @classmethod
-    def from_metrics(cls, key: str, settings: dict[str, Any], metrics: Sequence[dict]) -> Study:
-        """`settings` is the study's config block; `metrics` its runs' files, config order."""
+    def from_metrics(
+        cls,
+        key: str,
+        settings: dict[str, Any],
+        metrics: Sequence[dict],
+        job_noise: dict[str, stats.JobNoise] | None = None,
+    ) -> Study:
+        """`settings` is the study's config block; `metrics` its runs' files, config order;
+        `job_noise` how much the results folder's identical jobs differ (quantities.job_noise)."""
         if not metrics:
             raise ReportError(f"studies.{key}: the study has no runs")
         by_run = {m["run"]: m for m in metrics}
@@ -116,7 +127,8 @@ class Study:
         histories = {m["run"]: pd.DataFrame(m["history"]) for m in metrics if m["status"] == OK}
         numbers = {run: RunNumbers(m) for run, m in by_run.items()}
         return cls(
-            key, settings.get("title") or key, baseline, runs, histories, by_run, target, numbers
+            key, settings.get("title") or key, baseline, runs, histories, by_run, target, numbers,
+            job_noise or {},
         )  # fmt: skip
 
     @property
@@ -165,12 +177,14 @@ class Study:
 
     def speedup(self, run: str) -> tuple[str, stats.Comparison] | None:
         """`run`'s throughput over its scaling reference's, as (reference, ratio with the
-        interval of the seeds' samples/s); None for the reference itself or with none."""
+        interval of the seeds' samples/s and of the variation between jobs, stats.across_jobs);
+        None for the reference itself or with none."""
         reference = self.scaling_reference(run)
         if reference in (None, run):
             return None
-        samples = [self.by_seed(r, "samples_per_s") for r in (run, reference)]
-        return reference, stats.paired(stats.ratio, *samples)
+        samples = [self.seed_values(r, "samples_per_s") for r in (run, reference)]
+        noise = self.job_noise.get(device_kind(self.metrics[run]))
+        return reference, stats.across_jobs(*samples, noise)
 
     @property
     def sweep_key(self) -> str | None:
@@ -503,3 +517,8 @@ def _load(ran: list[dict[str, Any]]) -> str:
     if spreads:
         parts.append(f"epochs ≤{max(spreads):.2f}× apart")
     return "; ".join(parts)
+
+
+def device_kind(metrics: dict[str, Any]) -> str:
+    """ "cuda" or "cpu": where a run's first rank trained."""
+    return "cuda" if str(metrics["derived"].get("device")).startswith("cuda") else "cpu"

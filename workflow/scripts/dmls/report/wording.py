@@ -17,7 +17,7 @@ def no_range(comparison: Comparison, unit: str = "seed") -> str | None:
     """Why a comparison prints no interval as a range: a side with one `unit`, or each side's
     values the same to the last digit (an interval of zero width); None where it has a range."""
     if not comparison.has_interval:
-        return f"one {unit} on a side, no interval"
+        return "no interval" if comparison.untold else f"one {unit} on a side, no interval"
     if comparison.identical:
         return f"the same in every {unit}"
     if comparison.low == comparison.high:
