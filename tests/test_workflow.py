@@ -527,7 +527,7 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
     runs = pd.read_csv(dag / "runs.csv").set_index(["study", "run"])
     fp16 = runs.loc[("precision", "fp16")]
     assert fp16["onednn_fp16"] in (True, False) and isinstance(fp16["cpu_half_flags"], str)
-    cause = "fp16: PyTorch has no oneDNN fp16 kernel for this CPU"
+    cause = "fp16: the oneDNN probe of this host found no fp16 kernel for this CPU"
     assert (cause in page) == (not fp16["onednn_fp16"])
     # Its answers name what ran: CPU processes, not the course's GPUs.
     assert "against one CPU process&#39;s samples per second: DDP on 2 CPU processes" in page

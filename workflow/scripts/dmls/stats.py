@@ -273,6 +273,25 @@ def across_jobs(
     return replace(result, band=(1 / noise.largest, noise.largest))
 
 
+def times_across_jobs(
+    a: Sequence[float | None],
+    b: Sequence[float | None],
+    noise: JobNoise | None,
+    confidence: float = CONFIDENCE,
+) -> Comparison | None:
+    """A difference of two jobs' times a − b (`difference`, its interval over the seeds), where
+    no effect is anything within what two identical jobs differed by, as a fraction of b's
+    mean time (`band`: ± (noise.largest − 1) × mean b); without `noise` no verdict, as
+    `across_jobs`."""
+    result = difference(a, b, confidence)
+    if result is None or not result.has_interval:
+        return result
+    if noise is None:
+        return replace(result, untold=UNTOLD_JOBS)
+    reach = (noise.largest - 1) * float(np.mean(_finite(b)))
+    return replace(result, band=(-reach, reach))
+
+
 def change(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Comparison | None:
     """The mean of paired changes (each seed's value at one point minus at another) against
     no change (null 0), with its Student-t interval over them; None without a finite value."""

@@ -34,6 +34,7 @@ import pandas as pd
 
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.report import quantities
+from dmls.report.causes import check_template
 from dmls.report.cells import MIB, gpu_card
 from dmls.report.comparisons import (
     METRICS,
@@ -208,27 +209,45 @@ def one_host_cause(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[
     for run in (one, two):
         require_finished(study, run)
     lost = _step_ms(study, two) - _step_ms(study, one)
+    reduce_text, reduce_ms = _all_reduce(study.metrics[two], sweep, lost)
     facts: dict[str, Any] = {
         "step_one": f"{_step_ms(study, one):.3g} ms",
         "step_two": f"{_step_ms(study, two):.3g} ms",
         "threads": _threads_per_process(study.metrics[two]),
+        "switches_one": _switches(study.metrics[one]),
         "switches_two": _switches(study.metrics[two]),
-        "all_reduce": _all_reduce(study.metrics[two], sweep, lost),
+        "all_reduce": reduce_text,
     }
+    # What no measurement here accounts for: the time lost less the all-reduce's share (the
+    # sweep's) and the spinning threads' (n1xp2_passive's, where it is a finding).
+    accounted = [reduce_ms or 0.0]
     try:
         facts["passive"] = compare(study, passive, two, "samples_per_s", ["omp_wait_policy"])
     except NotMeasured as e:
         facts["passive"] = Compared.not_measured(e)
+        facts["unexplained"] = _left(lost, accounted)
         return ("faster" if lost <= 0 else "other"), facts
     regained = _step_ms(study, two) - _step_ms(study, passive)
+    spin = facts["passive"].finding == quantities.MORE
+    if spin:
+        accounted.append(min(regained, lost))
     facts |= {
         "step_passive": f"{_step_ms(study, passive):.3g} ms",
         "spin_share": f"{min(regained / lost, 1):.0%}" if lost > 0 else "",
         "switches_passive": _switches(study.metrics[passive]),
+        "unexplained": _left(lost, accounted),
     }
     if lost <= 0:
         return "faster", facts
-    return ("spin" if facts["passive"].finding == quantities.MORE else "other"), facts
+    return ("spin" if spin else "other"), facts
+
+
+def _left(lost: float, accounted: list[float]) -> str:
+    """The share of `lost` (ms per step) that `accounted` (ms each measurement puts on its
+    cause) leaves, as a percentage; all of it where nothing was lost to explain."""
+    if lost <= 0:
+        return "none"
+    return f"{max(0.0, 1 - sum(accounted) / lost):.0%}"
 
 
 def _step_ms(study: Study, run: str) -> float:
@@ -254,22 +273,24 @@ def _switches(metrics: dict[str, Any]) -> str:
     return f"{np.mean(counts):,.0f}"
 
 
-def _all_reduce(metrics: dict[str, Any], sweep: pd.DataFrame | None, lost: float) -> str:
+def _all_reduce(
+    metrics: dict[str, Any], sweep: pd.DataFrame | None, lost: float
+) -> tuple[str, float | None]:
     """What the collectives sweep puts one step's gradient all-reduce at, and its share of the
-    time `lost` per step, or why it can't say."""
+    time `lost` per step, or why it can't say; and those ms (None where not measured)."""
     params = metrics.get("parameters")
     if sweep is None:
-        return "not measured (the collectives sweep did not run)"
+        return "nothing (it did not run)", None
     if not params:
-        return f"not measured ({metrics['run']}'s record has no parameter count)"
+        return f"nothing ({metrics['run']}'s record has no parameter count)", None
     device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
     backend, world = metrics["spec"]["backend"], metrics["derived"]["processes"]
     rows = setup_rows(sweep.to_dict("records"), backend, device, world)
     ms = calls_ms(rows, [("all_reduce", b) for b in ddp_buckets(4 * params)])
     if ms is None:
-        return f"not measured (the sweep did not time {backend} on {device}, {world} processes)"
+        return f"nothing (it did not time {backend} on {device}, {world} processes)", None
     share = f", {min(ms / lost, 9.99):.0%} of the time lost" if lost > 0 else ""
-    return f"{ms:.3g} ms for the {4 * params / 1024:,.0f} KiB gradient ({backend}){share}"
+    return f"{ms:.3g} ms for the {4 * params / 1024:,.0f} KiB gradient ({backend}){share}", ms
 
 
 # Facts an `answer:` entry names with `facts:`: a function of the study (and the collectives
@@ -362,6 +383,8 @@ def study_answers(
     where not every seed counts, what else the two runs differ in, and the verdict, the means
     and why a first seed is left out one click away."""
     factor = texts.get("factor") or []
+    for i, entry in enumerate(texts.get("answer") or []):
+        check_template(f"report/studies.yaml, {texts.get('study')} answer {i + 1}", entry)
     filled = [sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []]
     return said_once([full for full, _ in filled]), said_once([brief for _, brief in filled])
 

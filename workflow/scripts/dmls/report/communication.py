@@ -10,6 +10,7 @@ import pandas as pd
 
 from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.report import quantities
+from dmls.report.causes import cause
 from dmls.report.cells import MIB
 from dmls.report.study import Study
 from dmls.report.wording import in_s, with_interval
@@ -61,14 +62,21 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
     for a, b in _backend_pairs(study, list(predicted)):
         measured = quantities.compare(study, a, b, "steady_epoch_s")
         gap = predicted[a] - predicted[b]
-        share = f"; the all-reduce accounts for {gap / measured.value:.0%} of the gap" if (
-            measured.value > 0 and gap > 0) else ""  # fmt: skip
+        share = ""
+        if measured.value > 0 and gap > 0:
+            part = gap / measured.value
+            share = "; " + cause(
+                f"the sweep puts {min(part, 9.99):.0%} of the gap on the all-reduce",
+                "the sweep",
+                unexplained=1 - part if measured.has_interval and gap < measured.low else None,
+            )
         if measured.has_interval and measured.low <= gap <= measured.high:
             share += ", and the prediction lies inside the measured interval"
         elif measured.has_interval and gap > measured.high:
-            share += ": more than the gap, as DDP hides part of each all-reduce behind the backward"
-        elif measured.has_interval and gap > 0:
-            share += ": the rest of the gap is not the all-reduce"
+            share += (
+                ": more than the gap, as if part of each all-reduce overlapped the backward "
+                "(not measured here)"
+            )
         interval = measured.has_interval and f"{in_s(measured.low)} to {in_s(measured.high)}"
         verdict = measured.verdict(f"{a} slower", f"{a} faster")
         lines.append(

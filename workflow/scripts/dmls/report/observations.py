@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from dmls.report import quantities, targets
+from dmls.report.causes import cause
 from dmls.report.cells import MIB, joules
 from dmls.report.communication import communication
 from dmls.report.comparisons import METRICS, NotMeasured, also_differ, fit
@@ -351,28 +352,30 @@ def cpu_half_precision(study: Study) -> list[str]:
     no_bf16 = flags.map(lambda f: f is not None and BF16_INSTRUCTIONS.isdisjoint(f))
     in_bf16 = computed.map(lambda p: "bf16" in p) & no_bf16
     lines = []
+    probe = "the oneDNN probe of this host"  # (each record's host.cpu_half_precision)
     if in_fp16.any():
-        lines.append(
-            f"{', '.join(cpu.index[in_fp16])}: PyTorch has no oneDNN fp16 kernel for this CPU (it "
-            "needs AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT), so its fp16 layers ran ATen's "
-            "reference kernels instead (convolutions: aten::_slow_conv2d_forward and _backward): "
-            "the time measures that fallback, not fp16 arithmetic (bench/cpu_autocast.py profiles "
-            "a step)."
-        )
+        lines.append(cause(
+            f"{', '.join(cpu.index[in_fp16])}: {probe} found no fp16 kernel for this CPU (one "
+            "needs AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT), so PyTorch ran the fp16 layers on "
+            "ATen's reference kernels (convolutions: aten::_slow_conv2d_forward and _backward, "
+            "as bench/cpu_autocast.py profiled on another CPU): the time measures that "
+            "fallback, not fp16 arithmetic.", probe,
+        ))  # fmt: skip
     if no_amx_fp16.any():
         lines.append(
             f"{', '.join(cpu.index[no_amx_fp16])}: this CPU has oneDNN fp16 kernels but no "
-            "AMX-FP16; on such a CPU (a Xeon with AVX512-FP16 and AMX-BF16, where "
-            "bench/cpu_autocast.py measured it) oneDNN computed a convolution's fp16 weight "
-            "gradient with its reference loops (ref:any in ONEDNN_VERBOSE): fp16's time here "
-            "measures that, not fp16 arithmetic."
+            "AMX-FP16; on such a CPU (a Xeon with AVX512-FP16 and AMX-BF16) "
+            "bench/cpu_autocast.py found oneDNN computing a convolution's fp16 weight gradient "
+            "with its reference loops (ref:any in ONEDNN_VERBOSE); whether it did here was not "
+            "profiled, so how much of fp16's time that is stays unexplained."
         )
     if in_bf16.any():
-        lines.append(
-            f"{', '.join(cpu.index[in_bf16])}: this CPU has no bf16 instructions (AVX512-BF16, "
-            "AMX-BF16 or AVX-NE-CONVERT), so oneDNN's bf16 kernels convert to fp32 and back: "
-            "bf16 saves no arithmetic here (bench/cpu_autocast.py profiles a step)."
-        )
+        lines.append(cause(
+            f"{', '.join(cpu.index[in_bf16])}: the CPU flags of this host show no bf16 "
+            "instructions (AVX512-BF16, AMX-BF16 or AVX-NE-CONVERT), so oneDNN's bf16 kernels "
+            "convert to fp32 and back: bf16 saves no arithmetic here.",
+            "the CPU flags of this host",
+        ))  # fmt: skip
     return lines
 
 

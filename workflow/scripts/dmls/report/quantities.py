@@ -64,7 +64,7 @@ def noise_unit(metric: str) -> str:
 # What varies between two jobs of identical settings beyond their seeds (the machine's state as
 # each ran, what else it ran beside): a speed. Two runs are two jobs, so their speeds are
 # compared with that variation counted (stats.across_jobs), measured by the DAG's A/A jobs.
-BETWEEN_JOBS = frozenset({"samples_per_s"})
+BETWEEN_JOBS = {"samples_per_s": stats.across_jobs, "steady_epoch_s": stats.times_across_jobs}
 
 
 def compare(
@@ -83,7 +83,7 @@ def compare(
         noise = (study.job_noise or theirs.job_noise or {}).get(device)
 
         def how(a: Sequence[float], b: Sequence[float], confidence: float) -> Comparison | None:
-            return stats.across_jobs(a, b, noise, confidence)
+            return BETWEEN_JOBS[metric](a, b, noise, confidence)
 
     return stats.paired(how, study.by_seed(run, metric), theirs.by_seed(reference, metric))
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from dmls.report import quantities
 from dmls.report.answers import said_once
+from dmls.report.causes import check_template
 from dmls.report.comparisons import NotMeasured, Ratio, short_reason
 from dmls.report.study import OK
 from dmls.report.wording import DEVICES
@@ -50,7 +51,8 @@ def special_answer(
     except NotMeasured as e:
         result = e
     sentences: list[str] = []
-    for entry in entries or []:
+    for i, entry in enumerate(entries or []):
+        check_template(f"report/studies.yaml, a special study's answer {i + 1}", entry)
         text = _sentence(entry, result)
         if not sentences or sentences[-1] != text:
             sentences.append(text)
