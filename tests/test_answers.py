@@ -594,3 +594,29 @@ def test_a4_says_its_seeds_cant_tell_where_the_baselines_rise_is_within_seed_noi
     assert facts["rise"].startswith("+0.167 (−") and facts["rise"].endswith(")")
     text = answers.study_answer(a4, study)[-1]
     assert text.startswith("Whether the bare baseline none overfit in 3 epochs, its seeds can't")
+
+
+def test_an_answer_says_where_it_agrees_with_the_course_and_where_not():
+    """Before: A5's "slower" at batch 32 and "within seed noise" at 128, and A8's Adam within
+    noise of SGD, never said that the course found otherwise. `course:` names what the course
+    found per comparison; the rule's finding of each says agree or disagree."""
+    spread = {"epochs": 3, "spread": (0.9, 1.0, 1.1)}
+    runs = study(
+        fake_metrics("one", launcher="single", **spread),
+        fake_metrics("ddp", launcher="torchrun", nproc_per_node=2, samples_per_s=1620.0, **spread),
+        fake_metrics("same", launcher="single", samples_per_s=1000.0, **spread),
+    )
+    entry = {
+        "say": "The course found no difference: {course}.",
+        "compare": {"fast": {"run": "ddp", "vs": "one", "metric": "samples_per_s"},
+                    "equal": {"run": "same", "vs": "one", "metric": "samples_per_s"},
+                    "gone": {"run": "missing", "vs": "one", "metric": "samples_per_s"}},
+        "course": {"fast": {"found": "none", "where": "on DDP"},
+                   "equal": {"found": "none", "where": "on the twin"},
+                   "gone": {"found": "more", "where": "on a run not in the config"}},
+    }  # fmt: skip
+    [text] = answers.study_answer({"answer": [entry]}, runs)
+    assert text == (
+        "The course found no difference: we agree on the twin; we disagree on DDP (faster); "
+        "no verdict to weigh on a run not in the config."
+    ), text

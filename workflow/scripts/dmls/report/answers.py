@@ -36,6 +36,7 @@ from dmls.comm import calls_ms, ddp_buckets, setup_rows
 from dmls.report import quantities
 from dmls.report.causes import check_template
 from dmls.report.cells import MIB, gpu_card
+from dmls.report.communication import predictions
 from dmls.report.comparisons import (
     METRICS,
     Compared,
@@ -48,7 +49,7 @@ from dmls.report.comparisons import (
 )
 from dmls.report.overfitting import held_out_loss, held_out_minimum
 from dmls.report.study import OK, Study
-from dmls.report.wording import minus, signed
+from dmls.report.wording import in_s, minus, signed
 
 
 def overfitting(study: Study) -> tuple[str, dict[str, Any]]:
@@ -293,15 +294,36 @@ def _all_reduce(
     return f"{ms:.3g} ms for the {4 * params / 1024:,.0f} KiB gradient ({backend}){share}", ms
 
 
+def backend_sweep(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[str, Any]]:
+    """A5: what the collectives sweep predicts of Gloo's extra time per steady epoch over
+    NCCL's (communication.predictions: the all-reduces alone, none hidden behind the backward),
+    beside the gap measured, at each batch size both backends ran. Case "predicted", or
+    "unpredicted" where the sweep did not run, timed neither backend or a run did not finish."""
+    predicted = predictions(study, sweep)
+    facts: dict[str, Any] = {}
+    for batch in (32, 128):
+        gloo, nccl = f"gloo_b{batch}", f"nccl_b{batch}"
+        if not all("seconds" in predicted.get(r, {}) for r in (gloo, nccl)):
+            return "unpredicted", {}
+        gap = quantities.compare(study, gloo, nccl, "steady_epoch_s")
+        facts[f"predicted_b{batch}"] = in_s(predicted[gloo]["seconds"] - predicted[nccl]["seconds"])
+        facts[f"measured_b{batch}"] = (
+            f"{in_s(gap.value)} ({in_s(gap.low)} to {in_s(gap.high)})"
+            if gap.has_interval else in_s(gap.value)
+        )  # fmt: skip
+    return "predicted", facts
+
+
 # Facts an `answer:` entry names with `facts:`: a function of the study (and the collectives
 # sweep, where it ran) giving (case, facts); the entry's `say` has one template per case.
 FACTS = {
     "overfitting": overfitting,
     "regularization_setting": regularization_setting,
     "one_host_cause": one_host_cause,
+    "backend_sweep": backend_sweep,
 }
 # The facts functions that read the collectives sweep.
-WITH_SWEEP = {"one_host_cause"}
+WITH_SWEEP = {"one_host_cause", "backend_sweep"}
 
 
 def sentence(
@@ -337,6 +359,8 @@ def sentence(
             filled[name] = _Fit(fit(study, f["metric"], f["against"]))
         except NotMeasured as e:
             filled[name] = Compared.not_measured(e, metric_label(study, f["metric"]))
+    if course := entry.get("course"):
+        filled["course"] = against_course(filled, course)
     filled, shared = said_once_for_all(filled)
     brief = {k: v.briefly() if isinstance(v, Compared | _Fit) else v for k, v in filled.items()}
     texts = say.format(**filled), say.format(**brief)
@@ -344,6 +368,37 @@ def sentence(
         return texts
     full, short = (f"{text.removesuffix('.')}; {shared}." for text in texts)
     return full, short
+
+
+# What the course found, per comparison of an answer's `course:` (its reference), in the rule's
+# terms: a finding one way or the other, or none.
+COURSE_FINDINGS = {"more": quantities.MORE, "less": quantities.LESS, "none": quantities.NO_EFFECT}
+
+
+def against_course(filled: dict[str, Any], course: dict[str, dict[str, str]]) -> str:
+    """Where this folder agrees with the course and where it does not, comparison by
+    comparison: `course` maps a comparison's name to what the course found (`found`: more,
+    less or none, as COURSE_FINDINGS) and how the sentence names it (`where`); each is read
+    off the comparison's finding by the one rule: "we agree at batch 128; we disagree at batch
+    32 (a finding here: slower)"; a comparison without a verdict agrees with nothing."""
+    agree, disagree, untold = [], [], []
+    for name, said in course.items():
+        compared = filled.get(name)
+        finding = getattr(compared, "finding", None)
+        where = said.get("where", name)
+        if finding in (None, quantities.TOO_FEW):
+            untold.append(where)
+        elif finding == COURSE_FINDINGS[said["found"]]:
+            agree.append(where)
+        else:
+            way = compared.verdict if finding != quantities.NO_EFFECT else "no finding here"
+            disagree.append(f"{where} ({way})")
+    parts = [
+        f"we agree {' and '.join(agree)}" if agree else "",
+        f"we disagree {' and '.join(disagree)}" if disagree else "",
+        f"no verdict to weigh {' and '.join(untold)}" if untold else "",
+    ]
+    return "; ".join(p for p in parts if p)
 
 
 def said_once_for_all(filled: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -5,6 +5,7 @@ that differ only in the backend."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -16,27 +17,24 @@ from dmls.report.study import Study
 from dmls.report.wording import in_s, with_interval
 
 
-def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
-    """A5 explained: each finished DDP run's gradient all-reduce per epoch predicted from the
-    collectives sweep (DDP's buckets, one all-reduce each per optimizer step, none of it hidden
-    behind the backward), and, for runs that differ only in the backend, that prediction of the
-    gap against the measured one."""
-    if collectives is None or "backend" not in study.varying:
-        return []
+def predictions(study: Study, collectives: pd.DataFrame | None) -> dict[str, dict[str, Any]]:
+    """Each finished DDP run's gradient all-reduce per epoch predicted from the collectives
+    sweep (DDP's buckets, one all-reduce each per optimizer step, none of it hidden behind the
+    backward): per run, `seconds` per epoch, `per_step` ms, `steps` per epoch, the gradient's
+    MiB and what was swept; or `why` it can't be predicted."""
+    if collectives is None:
+        return {}
     swept = collectives.to_dict("records")
-    predicted: dict[str, float] = {}
-    lines = []
-    for run, row in study.ok.iterrows():
+    found: dict[str, dict[str, Any]] = {}
+    for run in study.ok.index:
         metrics = study.metrics[run]
         spec, params = metrics["spec"], metrics.get("parameters")
         world = metrics["derived"]["processes"]  # (DataParallel: one process, no all-reduce)
         if world < 2:
             continue
         if not params:
-            lines.append(
-                f"{run}: its metrics.json records no parameter count (written by an older "
-                "version): no communication predicted; rerun it to get one."
-            )
+            why = "its metrics.json records no parameter count (written by an older version): "
+            found[run] = {"why": why + "no communication predicted; rerun it to get one"}
             continue
         device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
         backend = spec["backend"]
@@ -45,19 +43,37 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
             [("all_reduce", b) for b in ddp_buckets(4 * params)],
         )
         if per_step is None:
-            lines.append(
-                f"{run}: the collectives sweep did not time {backend} all-reduces on {device} "
-                f"tensors between {world} processes: no prediction."
-            )
+            why = f"the collectives sweep did not time {backend} all-reduces on {device} tensors"
+            found[run] = {"why": f"{why} between {world} processes: no prediction"}
             continue
         micro = math.ceil(metrics["data"]["n_train"] / (spec["batch_size"] * world))
         steps = math.ceil(micro / spec["grad_accum_steps"])
-        predicted[run] = steps * per_step / 1000
+        found[run] = {"seconds": steps * per_step / 1000, "per_step": per_step, "steps": steps,
+                      "mib": 4 * params / MIB, "backend": backend, "device": device,
+                      "world": world}  # fmt: skip
+    return found
+
+
+def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
+    """A5 explained: each finished DDP run's gradient all-reduce per epoch predicted from the
+    collectives sweep (`predictions`), and, for runs that differ only in the backend, that
+    prediction of the gap against the measured one."""
+    if collectives is None or "backend" not in study.varying:
+        return []
+    lines = []
+    predicted = {}
+    for run, p in predictions(study, collectives).items():
+        if "why" in p:
+            lines.append(f"{run}: {p['why']}.")
+            continue
+        predicted[run] = p["seconds"]
+        steady = study.runs.at[run, "steady_epoch_s"]
         lines.append(
-            f"{run}: the collectives sweep puts one all-reduce of its {4 * params / MIB:.3g} MiB "
-            f"gradient ({backend}, {device} tensors, {world} processes, in DDP's buckets) at "
-            f"{per_step:.3g} ms; its {steps} steps per epoch make {in_s(predicted[run])} of its "
-            f"steady {in_s(row['steady_epoch_s'])} epoch, if none of it overlapped the backward."
+            f"{run}: the collectives sweep puts one all-reduce of its {p['mib']:.3g} MiB "
+            f"gradient ({p['backend']}, {p['device']} tensors, {p['world']} processes, in DDP's "
+            f"buckets) at {p['per_step']:.3g} ms; its {p['steps']} steps per epoch make "
+            f"{in_s(p['seconds'])} of its steady {in_s(steady)} epoch, if none of it overlapped "
+            "the backward."
         )
     for a, b in _backend_pairs(study, list(predicted)):
         measured = quantities.compare(study, a, b, "steady_epoch_s")
