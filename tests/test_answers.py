@@ -451,6 +451,16 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
     said = answers.study_answer(a4, alike("regularization", {"baseline": "none"}, runs))
     assert said[-1].endswith("; early stopping never fired in early_stopping (patience 1, 3 "
                              "epochs)."), said[-1]  # fmt: skip
+    # Augmentation that trains no better than it tests, and tests worse than none: underfit
+    # (issue #53: train 87.5%, gap −0.6 points, −1.5 points against none, unsaid).
+    augment = run("augmentation", [2.0, 1.5, 1.2])
+    for k, seed in enumerate(augment["seeds"]):
+        seed["final"] |= {"train_accuracy": 0.45 + 0.01 * k, "test_accuracy": 0.45}
+    runs = [run("none", [2.0, 1.5, 1.2]), augment]
+    said = answers.study_answer(a4, alike("regularization", {"baseline": "none"}, runs))
+    assert said[-1].endswith("; augmentation underfit in these epochs: a gap whose interval "
+                             "holds 0 or lies below it, and less accurate than none.")  # fmt: skip
+    assert "underfit" not in falling
 
 
 def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():

@@ -130,7 +130,29 @@ def regularization_setting(study: Study) -> tuple[str, dict[str, Any]]:
         "gaps": "; ".join(_gap(study, run) for run in study.ok.index),
         "early": _early_stopping(study),
         "rise": _rise(rose),
+        "underfit": _underfit(study),
     }
+
+
+def _underfit(study: Study) -> str:
+    """The runs that underfit: their train − test gap's interval holds 0 or lies below it (they
+    fit their training data no better than the test set) while their test accuracy fell below
+    the baseline's, a finding: "; augmentation and combined underfit in these epochs: ..."."""
+    base, found = study.baseline, []
+    for run in study.ok.index:
+        if run == base:
+            continue
+        seeds = study.numbers[run].finals("test_accuracy")
+        gap = quantities.interval([f["train_accuracy"] - f["test_accuracy"] for f in seeds])
+        lost = quantities.compare(study, run, base, "test_accuracy")
+        if gap and gap.has_interval and gap.low <= 0 and lost and lost.finding == quantities.LESS:
+            found.append(run)
+    if not found:
+        return ""
+    return (
+        f"; {' and '.join(found)} underfit in these epochs: a gap whose interval holds 0 or "
+        f"lies below it, and less accurate than {base}"
+    )
 
 
 def _rise(rose: quantities.Comparison | None) -> str:
