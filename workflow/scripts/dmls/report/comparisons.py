@@ -276,6 +276,7 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
         "label": spec.label,
         "points": f"a least-squares line through the {line.n} runs' means ({counted})",
         "linear": linear,
+        "finding": slope.finding,
     }
 
 
