@@ -1385,3 +1385,27 @@ def test_overfitting_is_a_rise_beyond_seed_noise_not_a_share_of_the_mean():
     ])  # fmt: skip
     flags = {r[0]: r[5] for r in overfitting.generalization(study)["rows"]}
     assert flags == {"rises": "yes", "noise": "no", "one": "no"}
+
+
+def test_a_special_study_says_what_else_of_the_dag_ran_while_it_did():
+    """Before: a special study's line never said it ran beside other jobs. From the stamps."""
+    import pandas as pd
+
+    from dmls.report import timeline
+
+    t = pd.Timestamp("2026-12-06 10:00:00")
+    rows = [
+        {"job": "study profiler", "status": "ok", "start": t, "end": t + pd.Timedelta(seconds=100)},
+        {"job": "a/x", "status": "ok", "start": t - pd.Timedelta(seconds=10),
+         "end": t + pd.Timedelta(seconds=20)},
+        {"job": "a/y", "status": "ok", "start": t + pd.Timedelta(seconds=10),
+         "end": t + pd.Timedelta(seconds=30)},
+        {"job": "a/z", "status": "skipped", "start": t, "end": t + pd.Timedelta(seconds=100)},
+        {"job": "study graphs", "status": "ok", "start": t + pd.Timedelta(seconds=200),
+         "end": t + pd.Timedelta(seconds=300)},
+    ]  # fmt: skip
+    assert timeline.beside("study profiler", rows) == (
+        "beside 2 other jobs of this DAG for 30% of its time"
+    )
+    assert timeline.beside("study graphs", rows) == "no other job of this DAG ran meanwhile"
+    assert timeline.beside("study none", rows) is None

@@ -338,9 +338,14 @@ def ran_alone(key: str, rows: list[dict[str, Any]]) -> bool:
 def say_who_ran_alone(items: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
     """A section whose runs could share the host (`isolation: devices`) but overlapped no
     other job says so in its provenance line (the example report's B1 and B2 ran one run at a
-    time after the DAG)."""
+    time after the DAG); a special study's line says what else ran while it did
+    (timeline.beside, from the recorded stamps)."""
     for item in items:
         p = item["provenance"]
+        if item["kind"] == "special" and isinstance(p, str) and p:
+            if shared := timeline.beside(f"study {item['entry']['study']}", rows):
+                item["provenance"] = f"{p.removesuffix('.')}; {shared}."
+            continue
         runs = item["kind"] in ("runs", "derived") and p
         if (
             runs

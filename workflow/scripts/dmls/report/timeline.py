@@ -241,3 +241,29 @@ def summary(rows: list[dict[str, Any]]) -> str:
         f"{len(spans)} sittings with none running (runs added later); their own times add up "
         f"to {busy:.0f} s ({busy / within:.1f} jobs at a time within the sittings)."
     )
+
+
+def beside(job: str, rows: list[dict[str, Any]]) -> str | None:
+    """What else of the DAG ran while `job` did, from the recorded stamps: "no other job of
+    this DAG ran meanwhile", or "beside 3 other jobs of this DAG for 42% of its time" (the
+    share of its span that at least one other job overlapped); None without its stamps. A
+    skipped job did no work and counts for nothing."""
+    mine = next((r for r in rows if r["job"] == job), None)
+    if mine is None or mine.get("start") is None or mine.get("end") is None:
+        return None
+    start, end = mine["start"], mine["end"]
+    others = [
+        (max(o["start"], start), min(o["end"], end)) for o in rows
+        if o is not mine and o.get("start") is not None and o.get("end") is not None
+        and o["status"] != "skipped" and o["start"] < end and start < o["end"]
+    ]  # fmt: skip
+    if not others:
+        return "no other job of this DAG ran meanwhile"
+    covered, reach = pd.Timedelta(0), start
+    for a, b in sorted(others):  # (the union of the overlaps)
+        if b > reach:
+            covered += b - max(a, reach)
+            reach = b
+    share = covered / (end - start) if end > start else 1.0
+    jobs = f"{len(others)} other job{'s' if len(others) > 1 else ''}"
+    return f"beside {jobs} of this DAG for {share:.0%} of its time"
