@@ -560,7 +560,7 @@ def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     summary, folder = c
     _, facts = STUDIES["fused_conv"].facts(summary, folder)
     assert (facts["shallow"], facts["deep"]) == ("2", "4")
-    forward = summary["verdicts"]["by_depth"]["2"]["fused_vs_cudnn"]["forward"]
+    forward = summary["verdicts"]["by_depth"]["2"]["vs_cudnn"]["fused"]["forward"]
     # The study's own ratio, written with the decimals that show its side of 1 (2 to 4:
     # wording.ratio_strings), so a lower end of 1.001 never reads "1.00".
     value, interval = ratio_strings(
@@ -803,7 +803,7 @@ def test_c_names_every_mode_timed_only_and_no_mode_whose_accuracy_failed():
         {"depth": 2, "mode": "cpu", "status": "failed",
          "accuracy_reason": "accuracy seed 0 (1/3): RuntimeError: out of memory"},
     ]  # fmt: skip
-    assert Measured(rows, [], []).timed_only() == (
+    assert Measured(rows, {}).timed_only() == (
         "the mode fused was timed only, not trained for accuracy (the config's accuracy_modes)"
     )
 

@@ -74,12 +74,14 @@ ACCURACY_COLUMNS = (
 )  # fmt: skip
 TIMED_ONLY = "timed only: not among the config's accuracy_modes"
 SPEEDUP_CONVENTION = (
-    "value = geometric mean over the repeats of the cudnn mode's time per step / that of the "
-    "fused mode, so > 1 means the fused kernel is faster; low, high: its 95% interval (Welch's "
-    "t on the logs of the per-repeat times, dmls.stats.ratio); within_noise: the interval "
-    "holds 1. test_accuracy_percent: each accuracy mode's mean over the seeds and its 95% "
-    "Student-t interval, in percent; fused_minus_cudnn_points: the difference of those means "
-    "in percentage points with Welch's 95% interval over the seeds (dmls.stats.difference)"
+    "vs_cudnn[mode][part]: value = the cudnn mode's time per step over that mode's, repeat by "
+    "repeat (the modes took turns within each repeat), as a geometric mean over the repeats, "
+    "so > 1 means the mode is faster than cuDNN; low, high: its 95% interval (Student's t on "
+    "the logs of the per-repeat ratios, dmls.stats.paired_ratio); within_noise: the interval "
+    "holds 1; cudnn_ms, mode_ms: the geometric means of the two times. "
+    "test_accuracy_percent: each accuracy mode's mean over the seeds and its 95% Student-t "
+    "interval, in percent; fused_minus_cudnn_points: the difference of those means in "
+    "percentage points with Welch's 95% interval over the seeds (dmls.stats.difference)"
 )
 
 
@@ -401,9 +403,10 @@ def verdicts(
     accuracy_rows: list[dict[str, Any]],
     cfg: dict[str, Any],
 ) -> dict[str, Any]:
-    """Per depth: cudnn time / fused time per step, forward and backward, with the interval of
-    the ratio over the repeats; every accuracy mode's test accuracy in percent over the seeds;
-    and fused − cudnn accuracy in points with its interval."""
+    """Per depth: every mode against cuDNN, forward and backward, as cuDNN's time per step over
+    the mode's with the interval of the ratio over the repeats they took turns in; every
+    accuracy mode's test accuracy in percent over the seeds; and fused − cudnn accuracy in
+    points with its interval (SPEEDUP_CONVENTION). The answer reads these, computed once."""
     by_depth = {}
     modes = cfg["modes"]
     for depth in cfg["depths"]:
@@ -411,25 +414,11 @@ def verdicts(
         def values(mode: str, key: str, table=repeat_rows, depth: int = depth) -> list[float]:
             return [r[key] for r in table if (r["depth"], r["mode"]) == (depth, mode)]
 
-        not_measured = [
-            f"{r['mode']}: {r['status']} ({r['reason']})"
-            for r in rows
-            if r["depth"] == depth and r["mode"] in ("cudnn", "fused") and r["status"] != "ok"
-        ] + [f"{m}: not among the modes" for m in ("cudnn", "fused") if m not in modes]
-        speedup = {}
-        for part in ("forward", "backward"):
-            cudnn, fused = values("cudnn", f"{part}_ms"), values("fused", f"{part}_ms")
-            result = stats.ratio(cudnn, fused) if cudnn and fused else None
-            speedup[part] = {
-                "value": None if result is None else result.value,
-                "low": None if result is None else result.low,
-                "high": None if result is None else result.high,
-                "within_noise": None if result is None else result.within_noise,
-                "n_cudnn": len(cudnn),
-                "n_fused": len(fused),
-            }
-            if result is None:
-                speedup[part]["reason"] = "; ".join(not_measured) or "no positive times"
+        vs_cudnn = {
+            mode: {part: _against_cudnn(rows, repeat_rows, depth, mode, part)
+                   for part in ("forward", "backward")}
+            for mode in modes if mode != "cudnn"
+        }  # fmt: skip
         percent = {m: [100 * a for a in values(m, "test_accuracy", accuracy_rows)] for m in modes}
         accuracy = {}
         for mode in modes:
@@ -440,7 +429,7 @@ def verdicts(
             }  # fmt: skip
         points = stats.difference(percent.get("fused", []), percent.get("cudnn", []))
         by_depth[str(depth)] = {
-            "fused_vs_cudnn": {"forward": speedup["forward"], "backward": speedup["backward"]},
+            "vs_cudnn": vs_cudnn,
             "test_accuracy_percent": accuracy,
             "fused_minus_cudnn_points": None if points is None else {
                 "value": points.value, "low": points.low, "high": points.high,
@@ -448,6 +437,33 @@ def verdicts(
             },
         }  # fmt: skip
     return {"convention": SPEEDUP_CONVENTION, "by_depth": by_depth}
+
+
+def _against_cudnn(
+    rows: list[dict[str, Any]], repeat_rows: list[dict[str, Any]], depth: int, mode: str, part: str
+) -> dict[str, Any]:
+    """`mode` against cuDNN in `part` at `depth`: cuDNN's time over the mode's, repeat by
+    repeat where both were timed (they took turns in it), with its interval (SPEEDUP_CONVENTION);
+    why not, where a side has no time."""
+    times = {
+        m: {r["repeat"]: r[f"{part}_ms"] for r in repeat_rows
+            if (r["depth"], r["mode"]) == (depth, m) and r.get(f"{part}_ms")}
+        for m in ("cudnn", mode)
+    }  # fmt: skip
+    common = sorted(set(times["cudnn"]) & set(times[mode]))
+    cudnn, other = [times["cudnn"][k] for k in common], [times[mode][k] for k in common]
+    result = stats.paired_ratio(cudnn, other) if common else None
+    if result is None:
+        failed = [
+            f"{r['mode']}: {r['status']} ({r['reason']})" for r in rows
+            if r["depth"] == depth and r["mode"] in ("cudnn", mode) and r["status"] != "ok"
+        ]  # fmt: skip
+        return {"reason": "; ".join(failed) or f"cudnn or {mode} has no {part} time"}
+    return {
+        "value": result.value, "low": result.low, "high": result.high,
+        "within_noise": result.within_noise, "n": result.n_a,
+        "cudnn_ms": stats.geometric_mean(cudnn), "mode_ms": stats.geometric_mean(other),
+    }  # fmt: skip
 
 
 def _train_mode(

@@ -10,14 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmls import stats
-from dmls.report.comparisons import NotMeasured
+from dmls.report import quantities
+from dmls.report.comparisons import NotMeasured, Ratio
 from dmls.report.special_answers import (
     finished_rows,
     not_measured,
-    read_csv_rows,
     skip_reason,
-    speed,
 )
 from dmls.report.study import OK
 from dmls.report.wording import points_text
@@ -35,6 +33,11 @@ def _count(n: int | None, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{'?' if n is None else n} {noun}s"
 
 
+def _fraction(points: float | None) -> float | None:
+    """A difference in points as a fraction (points_text writes fractions in points)."""
+    return None if points is None else points / 100
+
+
 def _ms(value: float) -> str:
     """A time per step in ms with three significant digits, zeros kept: '1.00', '0.504'."""
     digits = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 2
@@ -43,44 +46,41 @@ def _ms(value: float) -> str:
 
 @dataclass(frozen=True)
 class Measured:
-    """C's folder as its answer reads it: the summary's rows, the speed repeats (repeats.csv)
-    and the accuracy trainings (accuracy.csv)."""
+    """C's folder as its answer reads it: the summary's rows and its verdicts, the one place
+    its comparisons are computed (fused_conv.verdicts, SPEEDUP_CONVENTION)."""
 
     rows: list[dict[str, Any]]
-    repeats: list[dict[str, str]]
-    trainings: list[dict[str, str]]
+    verdicts: dict[str, Any]
 
-    def times(self, depth: int, mode: str, part: str) -> list[float]:
-        """A mode's `part` (forward, backward) time per step, ms, one per repeat."""
-        key = f"{part}_ms"
-        return [
-            float(r[key])
-            for r in self.repeats
-            if int(r["depth"]) == depth and r["mode"] == mode and r[key] not in ("", None)
-        ]
+    def _depth(self, depth: int) -> dict[str, Any]:
+        return (self.verdicts.get("by_depth") or {}).get(str(depth)) or {}
+
+    def measured(self, depth: int, mode: str) -> bool:
+        """Whether `mode` was timed against cuDNN at `depth`."""
+        entry = (self._depth(depth).get("vs_cudnn") or {}).get(mode) or {}
+        return "value" in (entry.get("forward") or {})
 
     def part(self, depth: int, name: str, mode: str = "fused") -> str:
         """`mode` against cuDNN in `name` (forward, backward) as a speed, or why not."""
-        cudnn, other = self.times(depth, "cudnn", name), self.times(depth, mode, name)
-        if not cudnn or not other:
+        entry = ((self._depth(depth).get("vs_cudnn") or {}).get(mode) or {}).get(name) or {}
+        if "value" not in entry:
             pair = [
                 r for r in self.rows if int(r["depth"]) == depth and r["mode"] in ("cudnn", mode)
             ]
             skipped = [r for r in pair if r["status"] != OK]
-            return not_measured(skip_reason(skipped) or f"cuDNN or {mode} did not run")
+            why = skip_reason(skipped) if skipped else entry.get("reason")
+            return not_measured(why or f"cuDNN or {mode} did not run")
+        ratio = quantities.Comparison(entry["value"], entry["low"], entry["high"], entry["n"],
+                                      entry["n"], 1.0)  # fmt: skip
         # The other mode's time first, as every "run vs reference" pair is written.
-        means = (
-            f"{_ms(stats.geometric_mean(other))} vs {_ms(stats.geometric_mean(cudnn))} ms per step"
-        )
-        try:
-            return speed(cudnn, other, means)
-        except NotMeasured as e:
-            return not_measured(str(e))
+        means = f"{_ms(entry['mode_ms'])} vs {_ms(entry['cudnn_ms'])} ms per step"
+        return Ratio.of(ratio, means, "repeat").said("faster", "slower")
 
     def others(self, depth: int) -> str:
         """The course's two other baselines against cuDNN: cuDNN off, and the CPU (where cuDNN
         itself did not run, why, once)."""
-        if not self.times(depth, "cudnn", "forward"):
+        if not any(r["status"] == OK for r in self.rows
+                   if int(r["depth"]) == depth and r["mode"] == "cudnn"):  # fmt: skip
             cudnn = [r for r in self.rows if int(r["depth"]) == depth and r["mode"] == "cudnn"]
             return "cuDNN off and the CPU " + not_measured(
                 skip_reason(cudnn) or "cuDNN did not run"
@@ -93,33 +93,31 @@ class Measured:
         ]
         return "; ".join(said) or not_measured("the config runs neither cuDNN off nor the CPU")
 
-    def accuracies(self, depth: int, mode: str) -> list[float]:
-        """A mode's test accuracy (fraction), one per seed."""
-        return [
-            float(r["test_accuracy"])
-            for r in self.trainings
-            if int(r["depth"]) == depth and r["mode"] == mode and r["test_accuracy"]
-        ]
-
     def accuracy(self, depth: int) -> str:
         """Each accuracy mode's mean over the seeds (± the half-width of its interval), then
         fused − cuDNN in points with its verdict; or why the modes trained for it have none."""
+        block = self._depth(depth)
         parts = []
         for mode in dict.fromkeys(r["mode"] for r in self.rows):
-            estimate = stats.mean_interval([100 * a for a in self.accuracies(depth, mode)])
-            if estimate is None:
+            estimate = (block.get("test_accuracy_percent") or {}).get(mode)
+            if not estimate:
                 continue
-            half = "" if estimate.low is None else f" ± {estimate.half_width:.1f}"
-            parts.append(f"{mode} {estimate.mean:.1f}%{half}")
+            half = (
+                "" if estimate["low"] is None else f" ± {estimate['high'] - estimate['mean']:.1f}"
+            )
+            parts.append(f"{mode} {estimate['mean']:.1f}%{half}")
         if not parts:  # why the modes trained for accuracy (not the timed only) have none
             wanted = [
                 r for r in self.rows
                 if int(r["depth"]) == depth and r["status"] != OK and not _timed_only(r)
             ]  # fmt: skip
             return not_measured(skip_reason(wanted) or "no accuracy training finished")
-        fused, cudnn = self.accuracies(depth, "fused"), self.accuracies(depth, "cudnn")
-        if fused and cudnn:
-            parts.append(f"fused − cuDNN {points_text(stats.difference(fused, cudnn))}")
+        if points := block.get("fused_minus_cudnn_points"):
+            difference = quantities.Comparison(
+                points["value"] / 100, _fraction(points["low"]), _fraction(points["high"]),
+                points["n_fused"], points["n_cudnn"], 0.0,
+            )  # fmt: skip
+            parts.append(f"fused − cuDNN {points_text(difference)}")
         return "; ".join(parts)
 
     def timed_only(self) -> str:
@@ -134,14 +132,13 @@ class Measured:
 
 def facts(summary: dict[str, Any], folder: Path) -> Facts:
     """The fused kernel against cuDNN per network depth, forward and backward, as cuDNN's time
-    per step over the fused kernel's with its interval over the repeats (repeats.csv); each
-    accuracy mode's test accuracy in percent with its interval over the seeds (accuracy.csv),
-    and fused − cuDNN in points by the one verdict rule."""
+    per step over the fused kernel's with its interval over the repeats they took turns in;
+    each accuracy mode's test accuracy in percent with its interval over the seeds, and fused −
+    cuDNN in points by the one verdict rule: all as the summary's verdicts computed them."""
     rows = finished_rows(summary)
-    if not rows or not (folder / "repeats.csv").exists():
+    if not rows or not summary.get("verdicts"):
         raise NotMeasured(skip_reason(rows) or "the study did not run")
-    c = Measured(rows, read_csv_rows(folder / "repeats.csv"),
-                 read_csv_rows(folder / "accuracy.csv"))  # fmt: skip
+    c = Measured(rows, summary["verdicts"])
     depths = sorted({int(r["depth"]) for r in rows})
     shallow, deep = depths[0], depths[-1]
     return "measured", {
