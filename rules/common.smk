@@ -114,7 +114,9 @@ def study_metrics(wildcards):
 
 # The runs another run repeats in every setting (A/A jobs): every study's section reads them,
 # to count how much two jobs of identical settings differ in each speed it compares.
-IDENTICAL_RUNS = identical_runs({run_id: spec.to_dict() for run_id, spec in RUNS.items()})
+IDENTICAL_RUNS = identical_runs(
+    {run_id: spec.to_dict() for run_id, spec in RUNS.items()}
+)
 
 
 def identical_jobs_metrics(wildcards):
