@@ -630,3 +630,19 @@ def test_an_answer_says_where_it_agrees_with_the_course_and_where_not():
         "The course found no difference: we agree on the twin; we disagree on DDP (faster); "
         "no verdict to weigh on a run not in the config."
     ), text
+
+
+def test_a_background_describes_the_runs_that_ran():
+    """Before: A3's background said "batch 32 per GPU" and "compiled and replayed from a CUDA
+    graph" for runs that took batch 64 eagerly on CPU processes."""
+    texts = yaml.safe_load((ROOT / "report" / "studies.yaml").read_text())
+    (a3,) = [s for s in texts["sections"] if s.get("study") == "precision"]
+    runs = [fake_metrics(p, study="precision", precision=p, batch_size=64, epochs=2)
+            for p in ("fp32", "bf16")]  # fmt: skip
+    for m in runs:
+        m["derived"]["device"] = "cpu"
+        m["step"] |= {"mode": "eager", "compiled": False}
+    said = " ".join(answers.background(a3, alike("precision", {}, runs)))
+    assert "At batch 64 per CPU process that GEMM" in said
+    assert "The A3 runs here stepped “eager”;" in said
+    assert "batch 32" not in said and "{" not in said

@@ -48,7 +48,7 @@ from dmls.report.comparisons import (
     require_finished,
 )
 from dmls.report.overfitting import held_out_loss, held_out_minimum
-from dmls.report.study import OK, Study
+from dmls.report.study import OK, Study, step_taken
 from dmls.report.wording import in_s, minus, signed
 
 
@@ -434,6 +434,30 @@ def said_once_for_all(filled: dict[str, Any]) -> tuple[dict[str, Any], str]:
         return filled, ""
     shared = also.removeprefix("; ").replace("the two also differ in", "each pair also differs in")
     return filled | {k: c.without_also() for k, c in measured.items()}, shared
+
+
+def background(texts: dict[str, Any], study: Study) -> list[str]:
+    """A section's background (report/studies.yaml) as its runs ran: a paragraph may name
+    {batch} (the batch per process the study's runs took), {steps} (how they stepped: their
+    records' step) and the device words ({GPU}, {GPUs}, {on_the_GPU}), filled from the records,
+    so that it never describes another setting than this folder's."""
+    ok = [study.metrics[run] for run in study.ok.index]
+    batches = sorted({m["spec"]["batch_size"] for m in ok})
+    steps = sorted({step_taken(m) for m in ok} - {""})
+    words = device_words(study)
+    fields = words | {
+        "batch": (
+            "the batch per " + words["GPU"] if not batches
+            else f"batch {batches[0]} per {words['GPU']}" if len(batches) == 1
+            else f"batches {batches[0]}–{batches[-1]} per {words['GPU']}"
+        ),
+        "steps": (
+            "as their records say" if not steps
+            else f"“{steps[0]}”" if len(steps) == 1
+            else " or ".join(f"“{step}”" for step in steps)
+        ),
+    }  # fmt: skip
+    return [text.format(**fields) for text in texts.get("background") or []]
 
 
 def device_words(study: Study) -> dict[str, str]:

@@ -298,8 +298,11 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
         if provenance and course_data:  # ("data" names the data set; "dataset" its key)
             dataset = provenance.get("dataset", provenance["data"])
             provenance["data"] += stand_in(dataset, course_data)
+    entry = text | entry
+    if filled := (section.get("background") or {}).get(key):  # (as the runs ran: answers)
+        entry = entry | {"background": filled}
     return {
-        "entry": text | entry,
+        "entry": entry,
         "section": section,
         "kind": kind,
         "answer": answer,

@@ -63,6 +63,8 @@ def build(
         # figures beside this run's.
         "answers": {key: full for key, (full, _) in said.items()},
         "briefs": {key: brief for key, (_, brief) in said.items()},
+        # Each section's background as its runs ran (answers.background: batch, step, device).
+        "background": {entry["study"]: answers.background(entry, study) for entry in texts or []},
         "course": {
             entry["study"]: answers.course_comparison(study, entry.get("course_table"))
             for entry in texts or []
