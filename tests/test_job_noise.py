@@ -26,7 +26,7 @@ def test_a_speed_between_jobs_is_a_finding_only_beyond_the_aa_jobs():
     # Identical jobs differed by 1.39× (B3's fp32_n1xp1 at 0.72× B2's n1xp1): no finding.
     wide = stats.across_jobs(a, b, stats.JobNoise(1 / 0.72, 2))
     assert wide.finding == stats.NO_EFFECT
-    assert wide.verdict("faster", "slower") == "within what two identical jobs differed by"
+    assert wide.verdict("faster", "slower") == "within job noise"
     # The same ratio where identical jobs differed by 2%: beyond it, a finding.
     assert stats.across_jobs(a, b, stats.JobNoise(1.02, 2)).finding == stats.MORE
     # No A/A jobs: no verdict, and it says why.
@@ -60,10 +60,10 @@ def test_the_report_judges_speeds_against_the_aa_jobs_and_says_so():
     noise = {"cuda": stats.JobNoise(1 / 0.72, 2, (("b/n1xp1", "c/fp32_n1xp1"),))}
     study = Study.from_metrics("parallelism", {}, runs, job_noise=noise)
     lines = observations.all_observations(study)
-    assert any("lies beyond what two jobs of identical settings differed by: 38.9% at most, "
-               "among b/n1xp1 and c/fp32_n1xp1" in line for line in lines), lines  # fmt: skip
+    assert any("lies beyond job noise, what two jobs of identical settings differed by: 38.9% "
+               "at most, among b/n1xp1 and c/fp32_n1xp1" in line for line in lines), lines  # fmt: skip
     [versus] = observations.versus_baseline(study)
-    assert "within what two identical jobs differed by" in versus, versus
+    assert "within job noise" in versus, versus
     bare = Study.from_metrics("parallelism", {}, runs)
     assert any(line.startswith("Speeds between runs on GPUs have no verdict") for line in
                observations.all_observations(bare))  # fmt: skip

@@ -179,7 +179,7 @@ def verdict(comparison: Comparison, more: str, less: str, unit: str = "seed") ->
         if comparison.identical:
             return f"identical in every {unit} compared"
         if comparison.band and not comparison.low <= comparison.null <= comparison.high:
-            return "within what two identical jobs differed by"
+            return "within job noise"
         return f"within {unit} noise"
     return more if way == MORE else less
 

@@ -130,7 +130,7 @@ def between_jobs(study: Study) -> list[str]:
         pairs = "; ".join(" and ".join(group) for group in noise.labels)
         lines.append(
             f"A speed between two runs {where} (each its own job) is a finding only where its "
-            "interval lies beyond what two jobs of identical settings differed by: "
+            "interval lies beyond job noise, what two jobs of identical settings differed by: "
             f"{100 * (noise.largest - 1):.1f}% at most, among {pairs}."
         )
     return lines
