@@ -43,7 +43,7 @@ def test_an_answer_gives_the_ratio_its_interval_both_means_and_a_verdict():
     match = re.fullmatch(
         r"Against one GPU's samples per second, DDP on 2 GPUs: 1\.62× \("
         r"(\d\.\d\d)–(\d\.\d\d)×; 1,62\d vs 1,00\d samples/s; the two also differ in global "
-        r"batch \(64 vs 32: 0\.5× the optimizer steps per epoch\)\), faster\.",
+        r"batch \(64 vs 32: 0\.5× the steps per epoch\)\), faster\.",
         text,
     )
     assert match, text
@@ -87,7 +87,7 @@ def test_seeds_that_agree_exactly_print_no_range_and_the_rule_decides_the_verdic
 
     [text] = answers.study_answer(A1, pair(1004.0))
     assert text.endswith("1.004× (1,004 vs 1,000 samples/s; the two also differ in global batch "
-                         "(64 vs 32: 0.5× the optimizer steps per epoch); no spread in the seeds "
+                         "(64 vs 32: 0.5× the steps per epoch); no spread in the seeds "
                          "compared), faster."), text  # fmt: skip
     [text] = answers.study_answer(A1, pair(1000.0))
     # Seed by seed the same (stats.paired): said in words, never as an interval.
@@ -107,7 +107,7 @@ def test_what_every_pair_of_a_sentence_also_differs_in_is_said_once_for_the_sent
     [text] = answers.study_answer(entry, study(one(), ddp(), dp))
     assert text.count("global batch") == 1, text
     assert text.endswith("slower; each pair also differs in global batch (64 vs 32: 0.5× the "
-                         "optimizer steps per epoch)."), text  # fmt: skip
+                         "steps per epoch)."), text  # fmt: skip
     assert "samples/s), faster; DataParallel" in text, text
     [text] = answers.study_answer(entry, study(one(), ddp(step="eager"), dp))
     assert text.count("global batch") == 2 and "each pair" not in text, text
@@ -131,7 +131,7 @@ def test_the_answer_shown_first_keeps_interval_verdict_and_seeds_not_the_means()
     memory = comparisons.compare(pair, "ddp", "one", "memory", A1["factor"])
     assert "warm seeds" in memory.brief and "MiB" not in memory.brief, memory.brief
     assert brief.endswith("; each pair also differs in global batch (64 vs 32: 0.5× the "
-                          "optimizer steps per epoch)."), brief  # fmt: skip
+                          "steps per epoch)."), brief  # fmt: skip
 
 
 def test_a_pair_that_differs_in_more_than_the_factor_names_the_difference():

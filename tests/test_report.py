@@ -243,7 +243,7 @@ def test_observations_are_computed_from_the_numbers():
     lines = observations.versus_baseline(study)
     assert lines == [
         "ddp_2gpu vs single_gpu (they differ in launcher (torchrun vs single), nproc_per_node "
-        "(2 vs 1), global batch (64 vs 32: 0.5× the optimizer steps per epoch)): "
+        "(2 vs 1), global batch (64 vs 32: 0.5× the steps per epoch)): "
         "samples/s over the steady epochs 1,620 vs 1,000 (geometric "
         "means): 1.62×, too few seeds to tell; test accuracy 79.60% vs 80.00%, −0.4 points, too "
         "few seeds to tell; peak GPU memory (max over GPUs) 310.0 vs 300.0 MiB, 1.03×, too few "
@@ -330,13 +330,13 @@ def test_comparisons_are_made_over_the_seeds_and_say_when_they_are_within_noise(
     study = alike("parallelism", {}, metrics)
     assert observations.versus_baseline(study) == [
         "ddp_2gpu vs single_gpu (they differ in launcher (torchrun vs single), nproc_per_node "
-        "(2 vs 1), global batch (64 vs 32: 0.5× the optimizer steps per epoch)): "
+        "(2 vs 1), global batch (64 vs 32: 0.5× the steps per epoch)): "
         "samples/s over the steady epochs 1,620 vs 1,000 (geometric "
         "means): 1.62× (95% interval 1.58–1.66×), faster; test accuracy 79.60% vs 80.00%, −0.4 "
         "points (95% interval −2.2 to +1.4), within seed noise; peak GPU memory (max over GPUs) "
         "311.6 vs 301.5 MiB, 1.033× (95% interval 1.003–1.065×), heavier.",
         "ddp_4gpu vs single_gpu (they differ in launcher (torchrun vs single), nproc_per_node "
-        "(4 vs 1), global batch (128 vs 32: 0.25× the optimizer steps per epoch)): "
+        "(4 vs 1), global batch (128 vs 32: 0.25× the steps per epoch)): "
         "samples/s over the steady epochs 1,010 vs 1,000 (geometric "
         "means): 1.01× (95% interval 0.99–1.03×), within seed noise; test accuracy 70.00% vs "
         "80.00%, −10.0 points (95% interval −11.7 to −8.3), less accurate; peak GPU memory (max "

@@ -348,7 +348,7 @@ def also_differ(left: dict[str, Any], right: dict[str, Any], factor: Sequence[st
     def both(key: str) -> str:
         a, b = left.get(key), right.get(key)
         if key == "global batch" and a and b:  # what it changes: the updates an epoch makes
-            return f"{a} vs {b}: {b / a:.3g}× the optimizer steps per epoch"
+            return f"{a} vs {b}: {b / a:.3g}× the steps per epoch"
         return f"{_show(a)} vs {_show(b)}"
 
     return ", ".join(
