@@ -84,12 +84,11 @@ def test_every_printer_of_a_comparison_gives_the_rules_verdict(case):
         {stats.MORE: "faster", stats.LESS: "slower"}.get(way, repeats)
     )
     assert observations.verdict(ratio) == WORDS[way]  # compare.html's conclusions
+    # D4's notes give the step times alone (the answer compares them, as `speed` above).
     step = {"processes": 2, "device": "cpu", "stage": "ZeRO-1", "step_ms": 1.5,
             "step_ms_samples": a, "comm_predicted_ms": None}  # fmt: skip
     said = sharding._step(step, {"step_ms": 1.0, "step_ms_samples": b, "comm_predicted_ms": None})
-    epochs = {stats.MORE: "slower", stats.LESS: "faster", stats.NO_EFFECT: "within timed "
-              "epoch noise", stats.TOO_FEW: "too few timed epochs to tell"}  # fmt: skip
-    assert epochs[way] in said, said
+    assert said == "2 cpu ranks: a ZeRO-1 step takes 1.5 ms against DDP's 1 ms.", said
 
 
 def _pair(samples_per_s: float, spread: tuple[float, ...], accuracy: float) -> Study:

@@ -430,9 +430,9 @@ def said_once_for_all(filled: dict[str, Any]) -> tuple[dict[str, Any], str]:
     differs in ..."); else `filled` as it was and no clause."""
     measured = {k: v for k, v in filled.items() if isinstance(v, Compared) and v.verdict}
     clauses = {c.also for c in measured.values()}
-    if len(measured) < 2 or len(clauses) != 1 or not (also := clauses.pop()):
+    if len(measured) < 2 or len(clauses) != 1 or not clauses.pop():
         return filled, ""
-    shared = also.removeprefix("; ").replace("the two also differ in", "each pair also differs in")
+    shared = next(iter(measured.values())).also_for_each
     return filled | {k: c.without_also() for k, c in measured.items()}, shared
 
 

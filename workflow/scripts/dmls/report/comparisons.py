@@ -51,20 +51,66 @@ class NotMeasured(Exception):
 
 @dataclass(frozen=True)
 class Compared:
-    """One filled comparison: `str()` is the figure with its interval, both means and the
-    verdict; `figure` the same without the verdict; `label` what was compared; `also` what
-    else the two runs differ in, as the figure says it ("; the two also differ in ...")."""
+    """One filled comparison, held as its parts and written on demand: `str()` is the figure
+    with its interval, both means and the verdict; `figure` the same without the verdict;
+    `brief` as the Answers list gives it (the value with its interval, or why there is none,
+    the seeds where not every one counts, and what else the two differ in, without the
+    means); `label` what was compared. Nothing here edits a written sentence: leaving out what
+    else the two differ in (`without_also`) writes the parts again without it."""
 
-    figure: str
+    value: str
     verdict: str
     label: str = ""
-    also: str = ""
-    # The figure as the Answers list gives it: the value with its interval (or why there is
-    # none) and `also`, without the means and the seeds they are over (its section says them).
-    brief: str = ""
+    kind: str = "ratio"  # "ratio" | "points": where the means and the interval sit
+    interval: str | None = None  # '0.75–0.89×', None without one
+    means: str = ""  # both means, with the seeds and a first seed's excess where said
+    seeds: str = ""  # the seeds it is over (and memory's size), as the brief names them
+    why: str | None = None  # why no range is printed (wording.no_range)
+    differ: str = ""  # the keys the two runs also differ in (also_differ)
+    unchanged: str = ""  # "; fp16 computed in fp32 here, ..." (not_changed)
+    shared: bool = False  # `differ` said once for the sentence (answers.said_once_for_all)
+    missing: str = ""  # why it was not measured (then no number)
     # The numbers the words render (None where not measured): a case is chosen on the
     # finding of these (the one rule), never on the verdict's words.
     result: quantities.Comparison | None = None
+    brief_form: bool = False
+
+    @property
+    def also(self) -> str:
+        """What else the two runs differ in, as the figure says it (nothing where its sentence
+        says it once for all its comparisons: `shared`)."""
+        if self.shared:
+            return ""
+        return minus((f"; the two also differ in {self.differ}" if self.differ else "")
+                     + self.unchanged)  # fmt: skip
+
+    @property
+    def also_for_each(self) -> str:
+        """The same, said once for a sentence whose every pair shares it."""
+        return minus("; ".join(filter(None, (
+            f"each pair also differs in {self.differ}" if self.differ else "",
+            self.unchanged.removeprefix("; "),
+        ))))  # fmt: skip
+
+    @property
+    def figure(self) -> str:
+        if self.missing:
+            return f"not measured ({self.missing})"
+        if self.brief_form:
+            return self.brief
+        if self.kind == "ratio":
+            means = self.means + self.also
+            inside = f"{means}; {self.why}" if self.why else f"{self.interval}; {means}"
+            return minus(f"{self.value} ({inside})")
+        inside = f"{self.means}; {self.why}" if self.why else f"{self.interval}; {self.means}"
+        return minus(f"{self.value} ({inside}{self.also})")
+
+    @property
+    def brief(self) -> str:
+        if self.missing:
+            return self.figure
+        inside = "; ".join(filter(None, (self.seeds, self.why or self.interval)))
+        return minus(f"{self.value} ({inside}{self.also})")
 
     @property
     def finding(self) -> str | None:
@@ -76,22 +122,17 @@ class Compared:
         return f"{self.figure}, {self.verdict}" if self.verdict else self.figure
 
     def without_also(self) -> Compared:
-        """The same comparison, its `also` said elsewhere (answers.sentence: once for every
-        comparison of a sentence that shares it)."""
-        return replace(
-            self,
-            figure=self.figure.replace(self.also, "", 1),
-            brief=self.brief.replace(self.also, "", 1),
-            also="",
-        )
+        """The same comparison, what else the two differ in said once for its sentence
+        (answers.said_once_for_all)."""
+        return replace(self, shared=True)
 
     def briefly(self) -> Compared:
-        """The comparison as the Answers list words it (`brief`); the same where it has none."""
-        return replace(self, figure=self.brief) if self.brief else self
+        """The comparison as the Answers list words it (`brief`)."""
+        return replace(self, brief_form=True)
 
     @classmethod
     def not_measured(cls, why: NotMeasured, label: str = "") -> Compared:
-        return cls(f"not measured ({why})", "", label)
+        return cls("", "", label, missing=str(why))
 
 
 def values(study: Study, run: str, metric: str) -> list[float]:
@@ -174,17 +215,17 @@ def compare(
     extra = also_differ(
         quantities.ran(a_study.metrics[run]), quantities.ran(b_study.metrics[b_run]), factor
     )
-    also = f"; the two also differ in {extra}" if extra else ""
-    also += not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
+    unchanged = not_changed(a_study.metrics[run], b_study.metrics[b_run], factor)
     unit = quantities.noise_unit(metric)
     result = quantities.compare(a_study, run, b_run, metric, b_study)
-    if quantities.kind(metric) == "ratio":
-        phrase = Ratio.of(result, means + also, unit)
-        figure, interval = phrase.figure, phrase.interval
-        value, verdict = phrase.value, phrase.judge(spec.more, spec.less)
+    if result is None:
+        raise NotMeasured("no value was recorded")
+    kind = quantities.kind(metric)
+    if kind == "ratio":
+        value, interval = ratio_strings(result)
         # Memory's size in MiB and % too: a ratio near 1 may be a finding of a few bytes (a
         # warm process's seeds agree to the byte), and the reader weighs it by its size.
-        if spec.unit == "MiB" and result is not None and not result.identical:
+        if spec.unit == "MiB" and not result.identical:
             size = (mean_a - mean_b) * spec.scale
             seeds = "; ".join(filter(None, (
                 minus(f"{size:+,.{spec.decimals}f} {spec.unit}, {100 * (result.value - 1):+.1f}%"),
@@ -192,12 +233,11 @@ def compare(
             )))  # fmt: skip
     else:
         value, interval = points_strings(result)
-        figure = f"{value} ({inside(result, interval, means, unit)}{also})"
-        verdict = result.verdict(spec.more, spec.less, unit)
-    brief = "; ".join(filter(None, (seeds, no_range(result, unit) or interval)))
     return Compared(
-        minus(figure), verdict, spec.label, minus(also), minus(f"{value} ({brief}{also})"), result
-    )
+        value, result.verdict(spec.more, spec.less, unit), spec.label, "ratio" if kind == "ratio"
+        else "points", interval, means, seeds, no_range(result, unit), extra, unchanged,
+        result=result,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
