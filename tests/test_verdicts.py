@@ -149,7 +149,7 @@ def test_a_fitted_slope_is_a_finding_only_where_its_interval_excludes_zero(slope
         for b in (16, 32, 64, 128)
     ]  # fmt: skip
     line = comparisons.fit(alike("batch_size", {}, runs), "memory", "batch_size")
-    assert line["verdict"].startswith("grows" if slope else "within seed noise"), line
+    assert line["verdict"].startswith("grows" if slope else "within run noise"), line
     assert "4 runs' means" in line["points"]
 
 

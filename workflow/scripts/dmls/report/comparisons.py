@@ -295,7 +295,7 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
     # (quantities.line's bend), never a threshold on R².
     line, bend = quantities.line(xs, ys)
     slope = line.slope
-    verdict = slope.verdict("grows", "falls")
+    verdict = slope.verdict("grows", "falls", "run")  # (its noise: the runs' means about the line)
     linear = bend == quantities.NO_EFFECT
     if slope.finding in (quantities.MORE, quantities.LESS):
         verdict += {
