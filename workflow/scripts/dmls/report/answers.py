@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
+from string import Formatter
 from typing import Any
 
 import numpy as np
@@ -354,8 +356,10 @@ def sentence(
     factor: Sequence[str] = (),
     other: Study | None = None,
     sweep: pd.DataFrame | None = None,
+    said: set[str] | None = None,
 ) -> tuple[str, str]:
-    """One `answer:` entry of report/studies.yaml filled from `study`'s runs, or a sentence
+    """One `answer:` entry of report/studies.yaml filled from `study`'s runs (`said`: the
+    reasons of runs that did not finish, given in full earlier in the answer), or a sentence
     saying why it can't be; and the same sentence as the report shows it first (each figure
     with its interval and verdict, without the means and why a first seed is left out)."""
     filled: dict[str, Any] = device_words(study)
@@ -383,6 +387,7 @@ def sentence(
             filled[name] = Compared.not_measured(e, metric_label(study, f["metric"]))
     if course := entry.get("course"):
         filled["course"] = against_course(filled, course)
+    filled = _as_above(filled, say, set() if said is None else said)
     filled, shared = said_once_for_all(filled)
     brief = {k: v.briefly() if isinstance(v, Compared | _Fit) else v for k, v in filled.items()}
     texts = say.format(**filled), say.format(**brief)
@@ -421,6 +426,19 @@ def against_course(filled: dict[str, Any], course: dict[str, dict[str, str]]) ->
         f"no verdict to weigh {' and '.join(untold)}" if untold else "",
     ]
     return "; ".join(p for p in parts if p)
+
+
+def _as_above(filled: dict[str, Any], say: str, said: set[str]) -> dict[str, Any]:
+    """The runs that did not finish, each reason given in full once per answer: in the order
+    the template names them, a reason `said` before reads "(nccl_b128 skipped, as above)"."""
+    order = [name for _, name, _, _ in Formatter().parse(say) if name]
+    for name in dict.fromkeys(n.split(".")[0] for n in order):
+        value = filled.get(name)
+        if isinstance(value, Compared) and value.why_not:
+            if value.why_not in said:
+                filled = filled | {name: replace(value, as_above=True)}
+            said.add(value.why_not)
+    return filled
 
 
 def said_once_for_all(filled: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -486,8 +504,9 @@ def study_answers(
     factor = texts.get("factor") or []
     for i, entry in enumerate(texts.get("answer") or []):
         check_template(f"report/studies.yaml, {texts.get('study')} answer {i + 1}", entry)
-    filled = [sentence(e, study, factor, other, sweep) for e in texts.get("answer") or []]
-    return said_once([full for full, _ in filled]), said_once([brief for _, brief in filled])
+    said: set[str] = set()
+    filled = [sentence(e, study, factor, other, sweep, said) for e in texts.get("answer") or []]
+    return [full for full, _ in filled], [brief for _, brief in filled]
 
 
 def study_answer(
@@ -500,30 +519,24 @@ def study_answer(
     return study_answers(texts, study, other, sweep)[0]
 
 
-# "not measured (nccl_b32 skipped: backend 'nccl' runs on CUDA devices only)": who, then why.
-_NOT_MEASURED = re.compile(
-    r"not measured \((?P<who>[^():]+): (?P<why>[^()]*(?:\([^()]*\)[^()]*)*)\)"
-)
-
-
 # "not measured here, as it was skipped: no CUDA device on this host" (special studies).
 _NOT_MEASURED_HERE = re.compile(r"not measured here, as (?P<why>.+?)(?=; |\. |\.?$)")
 
 
 def said_once(sentences: list[str]) -> list[str]:
-    """An answer's sentences with each not-measured reason given in full once: a later run
-    skipped for the same reason says "(nccl_b128 skipped, as above)", a later part of a
-    special study "not measured here (as above)"."""
+    """A special study's answer with each not-measured reason given in full once: a later part
+    says "not measured here (as above)". (Its facts are text, written by each study's
+    declaration; a run study's answer says its reasons once from its comparisons' parts,
+    `_as_above`.)"""
     seen: set[str] = set()
 
     def once(match: re.Match) -> str:
         if match["why"] in seen:
-            who = match.groupdict().get("who")
-            return f"not measured ({who}, as above)" if who else "not measured here (as above)"
+            return "not measured here (as above)"
         seen.add(match["why"])
         return match[0]
 
-    return [_NOT_MEASURED_HERE.sub(once, _NOT_MEASURED.sub(once, s)) for s in sentences]
+    return [_NOT_MEASURED_HERE.sub(once, s) for s in sentences]
 
 
 def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | None:

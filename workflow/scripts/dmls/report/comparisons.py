@@ -46,7 +46,12 @@ METRICS = {
 
 
 class NotMeasured(Exception):
-    """A comparison this folder can't make; the message says why, for the reader."""
+    """A comparison this folder can't make; the message says why, for the reader: `who` (the
+    run and how it ended, "nccl_b32 skipped") and `why`, where a run did not finish."""
+
+    def __init__(self, message: str, who: str = "", why: str = "") -> None:
+        super().__init__(message)
+        self.who, self.why = who, why
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,11 @@ class Compared:
     unchanged: str = ""  # "; fp16 computed in fp32 here, ..." (not_changed)
     shared: bool = False  # `differ` said once for the sentence (answers.said_once_for_all)
     missing: str = ""  # why it was not measured (then no number)
+    # Where a run did not finish: the run and how it ended, and why; `as_above`: that reason
+    # was said in full before in the same answer (answers.study_answers), so it says so.
+    who: str = ""
+    why_not: str = ""
+    as_above: bool = False
     # The numbers the words render (None where not measured): a case is chosen on the
     # finding of these (the one rule), never on the verdict's words.
     result: quantities.Comparison | None = None
@@ -95,7 +105,8 @@ class Compared:
     @property
     def figure(self) -> str:
         if self.missing:
-            return f"not measured ({self.missing})"
+            said = f"{self.who}, as above" if self.as_above else self.missing
+            return f"not measured ({said})"
         if self.brief_form:
             return self.brief
         if self.kind == "ratio":
@@ -132,7 +143,7 @@ class Compared:
 
     @classmethod
     def not_measured(cls, why: NotMeasured, label: str = "") -> Compared:
-        return cls("", "", label, missing=str(why))
+        return cls("", "", label, missing=str(why), who=why.who, why_not=why.why)
 
 
 def values(study: Study, run: str, metric: str) -> list[float]:
@@ -355,7 +366,8 @@ def require_finished(study: Study, run: str) -> None:
         raise NotMeasured(f"the config has no run {run}")
     row = study.runs.loc[run]
     if row["status"] != OK:
-        raise NotMeasured(f"{run} {row['status']}: {short_reason(row['reason'])}")
+        who, why = f"{run} {row['status']}", short_reason(row["reason"])
+        raise NotMeasured(f"{who}: {why}", who, why)
 
 
 def _number(value: float, spec: Metric) -> str:
