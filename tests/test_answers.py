@@ -258,14 +258,6 @@ def test_a_reason_repeated_in_an_answer_is_given_once():
     ]
 
 
-def test_a_special_studys_part_not_measured_for_a_reason_given_before_says_as_above():
-    gpu = "on the GPU not measured here, as it was skipped: no CUDA device on this host"
-    assert answers.said_once([f"Steps: on the CPU 1.2×; {gpu}.", f"First calls: {gpu}."]) == [
-        f"Steps: on the CPU 1.2×; {gpu}.",
-        "First calls: on the GPU not measured here (as above).",
-    ]
-
-
 def test_the_key_table_gives_a_repeated_skip_reason_once():
     why = "no CUDA GPU on this host"
     skipped = [fake_metrics(name, "skipped", launcher="torchrun", nproc_per_node=2, epochs=3)

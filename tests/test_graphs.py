@@ -4,6 +4,7 @@ import csv
 
 import pytest
 
+from dmls.report.phrases import full
 from dmls.special import graphs, runner
 
 CFG = {
@@ -111,6 +112,6 @@ def test_the_answer_compares_each_mode_with_eager_repeat_by_repeat():
         "eager": row | {"steady_step_ms": 22.0, "repeats": eager, "first_call_s": 0.01},
         "compile": row | {"repeats": [e / 2 for e in eager]},
     }
-    steady, _ = _graph_device("cpu", modes)
+    steady, _ = map(full, _graph_device("cpu", modes))
     assert steady.startswith("compiled 2.00× (") and "the same in every repeat" not in steady
     assert "faster" in steady and "95% interval" not in steady  # no spread: every repeat 2x

@@ -15,6 +15,7 @@ from conftest import ROOT
 from dmls import stats
 from dmls.report import special_answers as sa
 from dmls.report.comparisons import NotMeasured
+from dmls.report.phrases import full
 from dmls.report.special_answers import read_csv_rows
 from dmls.report.wording import ratio_strings
 from dmls.special import runner
@@ -45,8 +46,14 @@ CASES = {
 SKIPPED_GPU = {"status": "skipped", "reason": "no CUDA device on this host"}
 
 
+def facts_of(name, summary, folder):
+    """A study's case and facts, each fact written in full."""
+    case, facts = STUDIES[name].facts(summary, folder)
+    return case, {key: full(value) for key, value in facts.items()}
+
+
 def answer(name, summary, folder):
-    return sa.special_answer(TEMPLATES[name], STUDIES[name].facts, summary, folder)
+    return sa.special_answer(TEMPLATES[name], STUDIES[name].facts, summary, folder)[0]
 
 
 def templates(name, case):
@@ -82,7 +89,7 @@ def lenet(tmp_path_factory):
 
 def test_d1_gives_parameters_the_estimate_the_measured_peak_and_recomputation(lenet):
     summary, folder = lenet
-    case, facts = STUDIES["lenet_memory"].facts(summary, folder)
+    case, facts = facts_of("lenet_memory", summary, folder)
     assert case == "full"
     assert facts["parameters"] == facts["closed_form"] == "61,706"
     assert facts["agreement"] == "agree"
@@ -129,7 +136,7 @@ def test_d1_on_a_cpu_host_says_the_device_and_why_the_gpu_rows_are_missing(lenet
             r.clear()
             r.update({"device": "cuda", "optimizer": "adamw", "precision": "fp32",
                       "recompute": "none"} | SKIPPED_GPU)  # fmt: skip
-    _, facts = STUDIES["lenet_memory"].facts(summary, folder)
+    _, facts = facts_of("lenet_memory", summary, folder)
     assert facts["device"] == "the CPU (the GPU's rows were skipped: no CUDA device on this host)"
     # Only the CPU's cells are counted, and no GPU workspace is said where no GPU measured.
     assert "on the GPU" not in facts["measured_full"].split(" (on the GPU")[0]
@@ -144,12 +151,12 @@ def test_d1_the_estimate_over_the_peak_and_no_full_recomputation(tmp_path):
         "rows": [{"device": "cuda", "optimizer": "adamw", "precision": "fp32",
                   "recompute": "none", "status": "ok", "reason": None, "peak_bytes": 1600}],
     }  # fmt: skip
-    case, facts = STUDIES["lenet_memory"].facts(summary, tmp_path)
+    case, facts = facts_of("lenet_memory", summary, tmp_path)
     assert case == "no_full"
     assert facts["agreement"] == "disagree, by 10"
     assert (facts["device"], facts["ratio"], facts["verdict"]) == ("the GPU", "0.80×", "over")
     assert facts["gap"] == "25.0%"  # 400 bytes over a peak of 1,600
-    assert facts["why"] == "the config estimates no full recomputation"
+    assert facts["why"] == "not measured here, as the config estimates no full recomputation"
 
 
 def test_d1_with_every_row_skipped_is_not_measured_with_the_reason(tmp_path):
@@ -158,7 +165,7 @@ def test_d1_with_every_row_skipped_is_not_measured_with_the_reason(tmp_path):
                                          "precision": "fp32", "recompute": "none"}
                                         | SKIPPED_GPU]}  # fmt: skip
     with pytest.raises(NotMeasured, match="it was skipped: no CUDA device on this host"):
-        STUDIES["lenet_memory"].facts(summary, tmp_path)
+        facts_of("lenet_memory", summary, tmp_path)
     # Three entries, one topic: said once.
     assert answer("lenet_memory", summary, tmp_path) == [
         "LeNet-5's parameters and training memory: not measured here, as it was skipped: no "
@@ -177,7 +184,7 @@ def spare(tmp_path_factory):
 
 def test_d2_the_first_vector_with_its_monte_carlo_and_the_agreement(spare):
     summary, folder = spare
-    case, facts = STUDIES["spare_failure"].facts(summary, folder)
+    case, facts = facts_of("spare_failure", summary, folder)
     rows = {r["quantity"]: r for r in summary["rows"] if r["vector"] == "pair"}
     assert facts["vector"] == "pair (2 machines, p = 0.1, 0.2)"
     assert facts["no_spare"].startswith("0.28 (Monte Carlo ")  # 1 - 0.9 × 0.8
@@ -205,11 +212,11 @@ def test_d2_a_monte_carlo_row_outside_its_interval_flips_the_verdict(spare):
     summary, folder = spare
     summary = json.loads(json.dumps(summary))
     _doctor(summary["rows"][4])  # the within_ci flag left as written: the numbers count
-    case, facts = STUDIES["spare_failure"].facts(summary, folder)
+    case, facts = facts_of("spare_failure", summary, folder)
     assert (case, facts["outside"], facts["total"]) == ("within_chance", "1", "15")
     assert facts["chance"] == f"{1 - 0.99**15:.2g}"  # at least one of 15 misses at 1%
     _doctor(summary["rows"][5])
-    case, facts = STUDIES["spare_failure"].facts(summary, folder)
+    case, facts = facts_of("spare_failure", summary, folder)
     assert (case, facts["outside"]) == ("outside", "2")
     assert answer("spare_failure", summary, folder)[1].startswith(
         "The Monte Carlo disagrees: 2 of the 15 closed forms lie outside"
@@ -219,7 +226,7 @@ def test_d2_a_monte_carlo_row_outside_its_interval_flips_the_verdict(spare):
 # --------------------------------------------------------------------------- D3
 def test_d3_bits_bytes_and_round_trip(tmp_path):
     summary = runner.run_study("float32_bytes", {"title": "D3", "value": 6.342e-5}, tmp_path)
-    case, facts = STUDIES["float32_bytes"].facts(summary, tmp_path)
+    case, facts = facts_of("float32_bytes", summary, tmp_path)
     assert case == "exact"
     assert facts["value"] == "6.342e-05"
     assert facts["bits_hex"] == "0x3885005A"
@@ -235,7 +242,7 @@ def test_d3_bits_bytes_and_round_trip(tmp_path):
 def test_d3_an_inexact_round_trip_and_a_failed_study(tmp_path):
     summary = runner.run_study("float32_bytes", {"title": "D3", "value": -2.5}, tmp_path)
     summary["rows"][0]["round_trip_big_endian"] = 2.5
-    case, facts = STUDIES["float32_bytes"].facts(summary, tmp_path)
+    case, facts = facts_of("float32_bytes", summary, tmp_path)
     assert (case, facts["sign"]) == ("inexact", "1 (negative)")
     failed = {"rows": [{"status": "failed", "reason": "struct exploded"}]}
     assert answer("float32_bytes", failed, tmp_path) == [
@@ -279,7 +286,7 @@ def graph_rows(cuda=True):
 
 def test_d5_steady_step_as_a_speed_with_its_interval_first_call_and_control_flow(tmp_path):
     summary = written({"status": "ok", "rows": graph_rows(), "control_flow": CONTROL}, tmp_path)
-    case, facts = STUDIES["graphs"].facts(summary, tmp_path)
+    case, facts = facts_of("graphs", summary, tmp_path)
     cpu = stats.ratio(EAGER["cpu"], MODE[("cpu", "compile")])
     gpu = stats.ratio(EAGER["cuda"], MODE[("cuda", "compile")])
     assert facts["steady_cpu"].startswith(
@@ -308,7 +315,7 @@ def test_d5_without_a_gpu_says_why_and_reads_control_flow_from_its_csv(tmp_path)
         for c in CONTROL:
             f.write(",".join(f'"{c[k]}"' if c[k] is not None else "" for k in fields_) + "\n")
     summary = {"status": "ok", "rows": graph_rows(cuda=False)}
-    _, facts = STUDIES["graphs"].facts(summary, tmp_path)
+    _, facts = facts_of("graphs", summary, tmp_path)
     gone = "not measured here, as it was skipped: no CUDA device on this host"
     assert facts["steady_cuda"] == facts["first_cuda"] == gone
     assert facts["branch_compile"].startswith("broke it into 2 graphs at 1 break")
@@ -352,9 +359,9 @@ def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_pa
     summary = {"status": "ok", "rows": sweep_rows(), "course_gradient_bytes": GRADIENT}
     # Before: the CIFAR model's gradient, whatever the A runs trained; now named with its model.
     named = summary | {"gradient_model": {"parameters": 390634, "dataset": "fashion_mnist"}}
-    gradient = STUDIES["collectives"].facts(named, tmp_path)[1]["gradient"]
+    gradient = facts_of("collectives", named, tmp_path)[1]["gradient"]
     assert gradient.endswith(": 390,634 parameters, built for Fashion-MNIST"), gradient
-    case, facts = STUDIES["collectives"].facts(summary, tmp_path)
+    case, facts = facts_of("collectives", summary, tmp_path)
     assert case == "compared"
     assert facts["processes"] == "2"
     big = 67108864 / (latency("nccl", "cuda", 67108864) * 1e-6) / 1e9
@@ -378,9 +385,11 @@ def test_a5_latency_bandwidth_and_gloo_against_nccl_at_the_gradients_size(tmp_pa
 
 def test_a5_without_gpus_gloo_against_nccl_is_not_measured_with_the_reason(tmp_path):
     summary = {"status": "ok", "rows": sweep_rows(nccl=False), "course_gradient_bytes": GRADIENT}
-    case, facts = STUDIES["collectives"].facts(summary, tmp_path)
+    case, facts = facts_of("collectives", summary, tmp_path)
     assert case == "no_nccl"
-    assert facts["why"] == "it was skipped: needs 2 CUDA GPUs, this host has 0"
+    assert (
+        facts["why"] == "not measured here, as it was skipped: needs 2 CUDA GPUs, this host has 0"
+    )
     assert facts["setups"].startswith(
         "NCCL on CUDA tensors not measured here, as it was skipped: needs 2 CUDA GPUs"
     )
@@ -419,13 +428,13 @@ def test_d4_what_ran_state_against_the_closed_form_at_the_largest_n_and_the_step
     failed = {"device": "cpu", "processes": 2, "strategy": "none", "stage": "DDP",
               "status": "failed", "reason": "gloo hung"}  # fmt: skip
     rows = [*shard_rows(), failed]
-    case, facts = STUDIES["sharding"].facts({"status": "failed", "rows": rows}, tmp_path)
+    case, facts = facts_of("sharding", {"status": "failed", "rows": rows}, tmp_path)
     assert case == "measured"
     assert facts["ranks"] == "4 GPU ranks (the CPU's rows failed: gloo hung)"
     assert facts["parameters"] == "476.3 M"
     assert facts["ns"] == "N = 2 and 4; the figures are N = 4's"
     only = [r for r in shard_rows() if r["processes"] == 2]
-    _, only_two = STUDIES["sharding"].facts({"status": "ok", "rows": only}, tmp_path)
+    _, only_two = facts_of("sharding", {"status": "ok", "rows": only}, tmp_path)
     assert only_two["ns"] == "N = 2 only"
     assert facts["ran"] == (
         "DDP (DistributedDataParallel); ZeroRedundancyOptimizer under DDP (ZeRO-1); "
@@ -455,7 +464,7 @@ def test_d4_a_state_off_the_closed_form_disagrees_and_a_missing_ddp_is_said(tmp_
     rows = [r for r in shard_rows(n=2, zero1_state=11.0) if r["strategy"] != "none"]
     rows.append({"device": "cuda", "processes": 2, "strategy": "none", "stage": "DDP",
                  "status": "failed", "reason": "out of memory"})  # fmt: skip
-    _, facts = STUDIES["sharding"].facts({"status": "failed", "rows": rows}, tmp_path)
+    _, facts = facts_of("sharding", {"status": "failed", "rows": rows}, tmp_path)
     assert "ZeroRedundancyOptimizer (ZeRO-1) 11.00 against 12.00, 8.3% below" in facts["memory"]
     assert facts["ran"].startswith(
         "DDP (DistributedDataParallel) not measured here, as it failed: out of memory"
@@ -468,7 +477,7 @@ def test_d4_on_a_host_without_gpus_is_not_measured_when_every_row_was_skipped(tm
              "status": "skipped", "reason": "needs 2 CUDA GPUs, this host has 0"}
             for s in STAGES]  # fmt: skip
     with pytest.raises(NotMeasured, match="needs 2 CUDA GPUs, this host has 0"):
-        STUDIES["sharding"].facts({"status": "skipped", "rows": rows}, tmp_path)
+        facts_of("sharding", {"status": "skipped", "rows": rows}, tmp_path)
 
 
 # --------------------------------------------------------------------------- B4 and C
@@ -504,7 +513,7 @@ def c(tmp_path, monkeypatch):
 
 def test_b4_names_the_costliest_module_kind_and_slowest_activation_with_intervals(b4):
     summary, folder = b4
-    _, facts = STUDIES["profiler"].facts(summary, folder)
+    _, facts = facts_of("profiler", summary, folder)
     cpu = summary["verdicts"]["by_device"]["cpu"]
     time = cpu["time"]
     assert facts["device"] == "the CPU" and facts["repeats"] == "3"
@@ -544,21 +553,21 @@ def test_special_ratios_of_repeats_that_agree_exactly_print_no_interval():
                                 "control": {"kind": "BatchNorm", "reference": "relu",
                                             "gelu": same}},
         "drift": None}}}}  # fmt: skip
-    _, facts = STUDIES["profiler"].facts(summary, Path("."))
+    _, facts = facts_of("profiler", summary, Path("."))
     assert facts["memory"] == (
         "Linear, 1.62× BatchNorm's (65 vs 40 KiB; no spread in the repeats compared), costlier"
     )
-    assert speed([2.0, 2.0], [1.0, 1.0], "2 vs 1 ms") == (
+    assert full(speed([2.0, 2.0], [1.0, 1.0], "2 vs 1 ms")) == (
         "2.00× (2 vs 1 ms; no spread in the repeats compared), faster"
     )
-    assert speed([1.0], [0.99], "1 vs 0.99 ms") == (
+    assert full(speed([1.0], [0.99], "1 vs 0.99 ms")) == (
         "1.01× (1 vs 0.99 ms; one repeat on a side, no interval), too few repeats to tell"
     )
 
 
 def test_c_gives_the_fused_kernel_against_cudnn_as_a_speed_with_its_interval(c):
     summary, folder = c
-    _, facts = STUDIES["fused_conv"].facts(summary, folder)
+    _, facts = facts_of("fused_conv", summary, folder)
     assert (facts["shallow"], facts["deep"]) == ("2", "4")
     forward = summary["verdicts"]["by_depth"]["2"]["vs_cudnn"]["fused"]["forward"]
     # The study's own ratio, written with the decimals that show its side of 1 (2 to 4:
@@ -602,7 +611,7 @@ def test_c_without_cuda_says_why_the_kernel_is_not_measured(tmp_path):
     summary = runner.run_study("fused_conv", cfg, tmp_path / "c", data_dir=data)
     if summary["rows"][0]["status"] == "ok":
         pytest.skip("this host has CUDA")
-    _, facts = STUDIES["fused_conv"].facts(summary, tmp_path / "c")
+    _, facts = facts_of("fused_conv", summary, tmp_path / "c")
     assert facts["forward_shallow"].startswith("not measured here, as ")
     assert "needs a CUDA GPU" in facts["forward_shallow"]
     # Without cuDNN's times, the course's other baselines against it say why once.
@@ -662,7 +671,7 @@ def spark_summary():
 
 
 def test_d6_names_the_lines_that_start_jobs_and_what_collect_after_count_recomputes(tmp_path):
-    case, facts = STUDIES["spark_lazy"].facts(spark_summary(), tmp_path)
+    case, facts = facts_of("spark_lazy", spark_summary(), tmp_path)
     assert case == "measured"
     assert facts["actions"] == (
         "renamed_df_2nd.count(): 2 jobs; renamed_df_2nd.collect(): 1 job; renamed_df.collect(): "
@@ -705,7 +714,7 @@ def every_case(lenet, spare, b4, c, tmp_path):
         summary = json.loads(json.dumps(summary))
         if edit:
             edit(summary)
-        case, facts = STUDIES[name].facts(summary, folder)
+        case, facts = facts_of(name, summary, folder)
         out.append((name, case, facts))
 
     add("lenet_memory", *lenet)
@@ -815,7 +824,7 @@ def test_d4_gives_each_ranks_peak_and_says_why_an_n_the_course_asks_for_did_not_
                  "peak_predicted_bytes": 2**30 * (9 - 2 * k) - 2**26}
             for k, r in enumerate(shard_rows(n=2)[:4])]  # fmt: skip
     summary = {"status": "ok", "rows": rows, "config": {"processes": [2]}}
-    _, facts = STUDIES["sharding"].facts(summary, tmp_path)
+    _, facts = facts_of("sharding", summary, tmp_path)
     assert facts["ns"] == (
         "N = 2 only (N = 4 not run: this config's special_studies.sharding.processes is [2])"
     )
@@ -824,3 +833,36 @@ def test_d4_gives_each_ranks_peak_and_says_why_an_n_the_course_asks_for_did_not_
         in (facts["memory"])
     )
     assert facts["step"].count("× (") == 3  # every sharded strategy against DDP
+
+
+def test_a_special_answers_brief_drops_the_means_and_gives_a_reason_once():
+    """The brief is rendered from the same facts (dmls.report.phrases), not edited from the
+    whole answer: a ratio without its means, a repeated reason 'as above' in both."""
+    entries = [
+        {"topic": "steps", "say": "Steps: {steps}."},
+        {"topic": "first calls", "say": "First calls: {first}."},
+    ]
+    gpu = sa.not_measured("it was skipped: no CUDA device on this host")
+
+    def facts(summary, folder):
+        steps = "on the CPU " + sa.speed([2.0, 2.1, 1.9], [1.0, 1.1, 0.9], "1 vs 2 ms") + "; "
+        return "measured", {"steps": steps + "on the GPU " + gpu, "first": "on the GPU " + gpu}
+
+    whole, brief = sa.special_answer(entries, facts, {}, Path("."))
+    value, interval = ratio_strings(stats.ratio([2.0, 2.1, 1.9], [1.0, 1.1, 0.9]))
+    assert whole[0].startswith(f"Steps: on the CPU {value} ({interval}; 1 vs 2 ms), faster; ")
+    assert brief[0].startswith(f"Steps: on the CPU {value} ({interval}), faster; ")
+    for said in (whole, brief):
+        assert said[0].endswith("on the GPU not measured here, as it was skipped: no CUDA device "
+                                "on this host.")  # fmt: skip
+        assert said[1] == "First calls: on the GPU not measured here (as above)."
+
+
+def test_a_phrase_is_never_flattened_by_a_format():
+    """A fact with parts can't be written into an f-string or str.join by mistake: the means
+    or the reason would then be text that only a regex could take out again."""
+    phrase = sa.not_measured("no GPU")
+    with pytest.raises(TypeError):
+        f"{phrase}"
+    with pytest.raises(TypeError):
+        "; ".join([phrase])

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, alike
 from dmls import stats
 from dmls.report import answers, comparisons, observations, special_answers, wording
+from dmls.report.phrases import full
 from dmls.report.study import Study
 from dmls.special import sharding
 from test_report import fake_metrics
@@ -80,7 +81,8 @@ def test_every_printer_of_a_comparison_gives_the_rules_verdict(case):
     assert comparisons.Ratio.of(ratio, "x vs y", "repeat").said("faster", "slower") == (
         f"{comparisons.Ratio.of(ratio, 'x vs y', 'repeat').figure}, {repeats}"
     )
-    assert special_answers.speed(a, b, "x vs y").endswith(  # (a speed: the reference's time over)
+    # (a speed: the reference's time over)
+    assert full(special_answers.speed(a, b, "x vs y")).endswith(
         {stats.MORE: "faster", stats.LESS: "slower"}.get(way, repeats)
     )
     assert observations.verdict(ratio) == WORDS[way]  # compare.html's conclusions

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 # What a study's facts function gives: the answer's case and its facts, written as text.
-Facts = tuple[str, dict[str, str]]
+Facts = tuple[str, dict[str, Any]]  # (text, or dmls.report.phrases.Phrase)
 
 
 @dataclass(frozen=True)

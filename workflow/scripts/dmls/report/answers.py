@@ -25,7 +25,6 @@ config, is "not measured (the run and why)", and shows no number. An entry with 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 from string import Formatter
@@ -517,26 +516,6 @@ def study_answer(
 ) -> list[str]:
     """`study_answers`' whole answer."""
     return study_answers(texts, study, other, sweep)[0]
-
-
-# "not measured here, as it was skipped: no CUDA device on this host" (special studies).
-_NOT_MEASURED_HERE = re.compile(r"not measured here, as (?P<why>.+?)(?=; |\. |\.?$)")
-
-
-def said_once(sentences: list[str]) -> list[str]:
-    """A special study's answer with each not-measured reason given in full once: a later part
-    says "not measured here (as above)". (Its facts are text, written by each study's
-    declaration; a run study's answer says its reasons once from its comparisons' parts,
-    `_as_above`.)"""
-    seen: set[str] = set()
-
-    def once(match: re.Match) -> str:
-        if match["why"] in seen:
-            return "not measured here (as above)"
-        seen.add(match["why"])
-        return match[0]
-
-    return [_NOT_MEASURED_HERE.sub(once, s) for s in sentences]
 
 
 def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from typing import Any
 from dmls.config.studies import flatten
 from dmls.report import quantities
 from dmls.report.cells import MIB
+from dmls.report.phrases import Phrase, figure
 from dmls.report.study import OK, Study
 from dmls.report.wording import inside, minus, no_range, points_strings, ratio_strings
 
@@ -267,6 +268,17 @@ class Ratio:
     def figure(self) -> str:
         return f"{self.value} ({self.inside})"
 
+    @property
+    def inside_brief(self) -> str:
+        """`inside` as the report shows it first: the interval, the means one click away; where
+        it has no range, the means and why stay (they are all it has)."""
+        return self.interval if no_range(self.result, self.unit) is None else self.inside
+
+    @property
+    def brief(self) -> str:
+        """The figure as the report shows it first: '0.82× (0.75–0.89×)'."""
+        return f"{self.value} ({self.inside_brief})"
+
     @classmethod
     def of(cls, result: quantities.Comparison | None, means: str, unit: str) -> Ratio:
         """`result` (a ratio, dmls.report.quantities) with `means` as written; `unit` is what
@@ -284,6 +296,11 @@ class Ratio:
 
     def said(self, more: str, less: str) -> str:
         return f"{self.figure}, {self.judge(more, less)}"
+
+    def phrase(self, more: str, less: str) -> Phrase:
+        """`said`, in full and in brief (dmls.report.phrases), for a special study's facts."""
+        verdict = self.judge(more, less)
+        return figure(f"{self.figure}, {verdict}", f"{self.brief}, {verdict}")
 
 
 def fit(study: Study, metric: str, against: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ import base64
 import importlib.metadata
 import io
 import numbers
-import re
 import subprocess
 from collections import Counter
 from collections.abc import Mapping
@@ -263,14 +262,6 @@ def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Both means after a special study's interval, "(0.73–2.14×; 0.422 vs 0.530 ms per step)": the
-# report shows such a figure first as "(0.73–2.14×)", the means one click away (as a run
-# study's answer does, answers.study_answers). A figure without an interval keeps its means.
-SPECIAL_MEANS = re.compile(
-    r"(\d×); [\d.,]+(?: ± [\d.,]+)? vs [\d.,]+(?: ± [\d.,]+)? (?:ms per step|ms|µs|KiB|MiB)\)"
-)
-
-
 def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str, Any]:
     text = {
         "study": entry.get("special") or entry.get("study"),
@@ -284,10 +275,9 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     course_data = entry.get("course_data")
     brief = None
     if kind == "special" and (spec := section["spec"]) is not None:
-        answer = special_answers.special_answer(
+        answer, brief = special_answers.special_answer(
             entry.get("answer"), spec.facts, section["summary"], section["folder"]
         )
-        brief = [SPECIAL_MEANS.sub(r"\1)", line) for line in answer]
         provenance = special.provenance(section["summary"], spec.repeats, course_data)
     elif kind == "special":
         answer, provenance = [], special.provenance(section["summary"], course_data=course_data)

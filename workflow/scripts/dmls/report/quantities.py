@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # The modules that write words: they render this module's objects and compute no statistic.
 WORD_MODULES = (
     "answers", "observations", "comparisons", "communication", "special_answers", "wording",
-    "captions", "cells",
+    "captions", "cells", "phrases",
 )  # fmt: skip
 
 # What a metric's comparison is: an accuracy a difference (in points), anything else a ratio.

@@ -22,14 +22,15 @@ below are what those facts functions share.
 from __future__ import annotations
 
 import csv
+import string
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dmls.report import quantities
-from dmls.report.answers import said_once
 from dmls.report.causes import check_template
 from dmls.report.comparisons import NotMeasured, Ratio, short_reason
+from dmls.report.phrases import Phrase, missing, render
 from dmls.report.study import OK
 from dmls.report.wording import DEVICES
 from dmls.study_spec import Facts
@@ -40,44 +41,63 @@ def special_answer(
     facts: Callable[[dict[str, Any], Path], Facts],
     summary: dict[str, Any] | None,
     folder: Path,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """The sentences of a special section's `answer:` entries filled from `facts` (its study's
-    declaration) of its summary and folder, computed once. An entry has a template per case
+    declaration) of its summary and folder, computed once: the whole answer, and its brief (as
+    the report shows it first: each ratio without its means). An entry has a template per case
     (`say: {case: ...}`) or one for all (`say: "..."`), and a `topic`; where the facts are not
-    measured, it says so: "Topic: not measured here, as <why>." A sentence equal to the one
-    before it (several entries of a study that was not measured) is said once."""
+    measured, it says so: "Topic: not measured here, as <why>.", each reason in full once. A
+    sentence equal to the one before it (several entries of a study that was not measured) is
+    said once."""
     try:
         result: Facts | NotMeasured = facts(summary or {}, Path(folder))
     except NotMeasured as e:
         result = e
-    sentences: list[str] = []
+    filled: list[str | Phrase] = []
     for i, entry in enumerate(entries or []):
         check_template(f"report/studies.yaml, a special study's answer {i + 1}", entry)
         text = _sentence(entry, result)
-        if not sentences or sentences[-1] != text:
-            sentences.append(text)
-    return said_once(sentences)
+        if not filled or filled[-1] != text:
+            filled.append(text)
+    said: set[str] = set()
+    full = [render(text, False, said) for text in filled]
+    said.clear()
+    return full, [render(text, True, said) for text in filled]
 
 
-def _sentence(entry: dict[str, Any], result: Facts | NotMeasured) -> str:
+def _sentence(entry: dict[str, Any], result: Facts | NotMeasured) -> Phrase:
     if isinstance(result, NotMeasured):
         topic = entry["topic"]
-        return f"{topic[:1].upper()}{topic[1:]}: not measured here, as {result}."
+        return f"{topic[:1].upper()}{topic[1:]}: " + missing(str(result)) + "."
     case, facts = result
     say = entry["say"]
     if isinstance(say, dict):
         if case not in say:
             raise KeyError(f"the answer about {entry['topic']} has no template for case {case!r}")
         say = say[case]
-    return say.format(**facts)
+    return fill(say, facts)
+
+
+def fill(template: str, facts: dict[str, str | Phrase]) -> Phrase:
+    """`template.format(**facts)` where a fact may be a phrase: the template's literal text and
+    each field's value, in order (a field names a fact; no format spec)."""
+    out = Phrase()
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        out += literal
+        if name is not None:
+            if spec or conversion:
+                raise ValueError(f"the template field {{{name}}} takes no format: {template!r}")
+            out += facts[name] if isinstance(facts[name], Phrase) else str(facts[name])
+    return out
 
 
 # --- What a study's facts read from its summary (dmls/special/*_spec.py) ----------------
 
 
-def not_measured(why: str) -> str:
-    """A placeholder's text for a part this folder lacks."""
-    return f"not measured here, as {why}"
+def not_measured(why: str) -> Phrase:
+    """A placeholder for a part this folder lacks: 'not measured here, as <why>', the reason
+    in full the first time the answer gives it."""
+    return missing(why)
 
 
 def finished_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -112,7 +132,7 @@ def read_csv_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def speed(reference: list[float], other: list[float], means: str, paired: bool = False) -> str:
+def speed(reference: list[float], other: list[float], means: str, paired: bool = False) -> Phrase:
     """`other` against `reference` as a speed, the reference's time over the other's (the ratio
     of their geometric means), with its 95% interval over the repeats where both have two or
     more, the two means (`means`, as written) and a verdict:
@@ -120,7 +140,7 @@ def speed(reference: list[float], other: list[float], means: str, paired: bool =
     taking turns, repeat k of each beside the other's, so the ratio is taken repeat by repeat
     (stats.paired_ratio), and a drift both shared cancels."""
     ratio = quantities.ratio_of_repeats(reference, other, paired)
-    return Ratio.of(ratio, means, "repeat").said("faster", "slower")
+    return Ratio.of(ratio, means, "repeat").phrase("faster", "slower")
 
 
 def elsewhere(others: list[dict[str, Any]], what: str = "") -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from dmls.report.cells import data_name
 from dmls.report.comparisons import NotMeasured
+from dmls.report.phrases import join
 from dmls.report.special_answers import (
     finished_rows,
     not_measured,
@@ -54,7 +55,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         name = _setup(*setup)
         if not timed:
             bad = [r for r in mine if r["op"] in ("all_reduce", "all")] or mine
-            clauses.append(f"{name} {not_measured(skip_reason(bad))}")
+            clauses.append(name + " " + not_measured(skip_reason(bad)))
             continue
         reduce[setup] = {r["size_bytes"]: r["latency_us"] for r in timed}
         small, large = timed[0], timed[-1]
@@ -65,12 +66,16 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     model = summary.get("gradient_model")
     of = f": {model['parameters']:,} parameters, built for {data_name(model['dataset'])}" if (
         model) else ""  # fmt: skip
-    facts = {"processes": str(n), "setups": "; ".join(clauses), "gradient": fmt_size(gradient) + of}
+    facts = {
+        "processes": str(n),
+        "setups": join("; ", clauses),
+        "gradient": fmt_size(gradient) + of,
+    }
     nccl = reduce.get(("nccl", "cuda", "host"))
     if nccl is None:
         mine = [r for r in rows if r["backend"] == "nccl" and r["processes"] == n]
         why = skip_reason(mine) if mine else "the config sweeps no NCCL setup"
-        return "no_nccl", facts | {"why": why}
+        return "no_nccl", facts | {"why": not_measured(why)}
     gloo = {d: reduce.get(("gloo", d, "host")) for d in ("cuda", "cpu")}
     common = set(nccl).intersection(*(g for g in gloo.values() if g)) or set(nccl)
     size = min(common, key=lambda s: (abs(math.log(s / gradient)), s))

@@ -12,6 +12,7 @@ from typing import Any
 
 from dmls.report import quantities
 from dmls.report.comparisons import NotMeasured, Ratio
+from dmls.report.phrases import Phrase, join
 from dmls.report.special_answers import (
     finished_rows,
     not_measured,
@@ -60,7 +61,7 @@ class Measured:
         entry = (self._depth(depth).get("vs_cudnn") or {}).get(mode) or {}
         return "value" in (entry.get("forward") or {})
 
-    def part(self, depth: int, name: str, mode: str = "fused") -> str:
+    def part(self, depth: int, name: str, mode: str = "fused") -> Phrase:
         """`mode` against cuDNN in `name` (forward, backward) as a speed, or why not."""
         entry = ((self._depth(depth).get("vs_cudnn") or {}).get(mode) or {}).get(name) or {}
         if "value" not in entry:
@@ -74,9 +75,9 @@ class Measured:
                                       entry["n"], 1.0)  # fmt: skip
         # The other mode's time first, as every "run vs reference" pair is written.
         means = f"{_ms(entry['mode_ms'])} vs {_ms(entry['cudnn_ms'])} ms per step"
-        return Ratio.of(ratio, means, "repeat").said("faster", "slower")
+        return Ratio.of(ratio, means, "repeat").phrase("faster", "slower")
 
-    def others(self, depth: int) -> str:
+    def others(self, depth: int) -> Phrase:
         """The course's two other baselines against cuDNN: cuDNN off, and the CPU (where cuDNN
         itself did not run, why, once)."""
         if not any(r["status"] == OK for r in self.rows
@@ -86,14 +87,18 @@ class Measured:
                 skip_reason(cudnn) or "cuDNN did not run"
             )
         said = [
-            f"{label}: forward {self.part(depth, 'forward', mode)}, backward "
-            f"{self.part(depth, 'backward', mode)}"
+            f"{label}: forward "
+            + self.part(depth, "forward", mode)
+            + ", backward "
+            + self.part(depth, "backward", mode)
             for mode, label in (("no_cudnn", "with cuDNN off"), ("cpu", "on the CPU"))
             if any(r["mode"] == mode for r in self.rows)
         ]
-        return "; ".join(said) or not_measured("the config runs neither cuDNN off nor the CPU")
+        if not said:
+            return not_measured("the config runs neither cuDNN off nor the CPU")
+        return join("; ", said)
 
-    def accuracy(self, depth: int) -> str:
+    def accuracy(self, depth: int) -> str | Phrase:
         """Each accuracy mode's mean over the seeds (± the half-width of its interval), then
         fused − cuDNN in points with its verdict; or why the modes trained for it have none."""
         block = self._depth(depth)

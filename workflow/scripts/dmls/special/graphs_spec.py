@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dmls.report.comparisons import NotMeasured
+from dmls.report.phrases import Phrase, join
 from dmls.report.special_answers import (
     finished_rows,
     not_measured,
@@ -28,7 +29,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     time over the mode's, with the interval over the repeats), its first call in eager steps,
     and what a branch on a tensor's value did under each capture (control_flow.csv)."""
     rows = finished_rows(summary)
-    facts: dict[str, str] = {}
+    facts: dict[str, str | Phrase] = {}
     for device in DEVICES:
         mine = {r["mode"]: r for r in rows if r["device"] == device}
         facts[f"steady_{device}"], facts[f"first_{device}"] = _graph_device(device, mine)
@@ -46,7 +47,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     return "measured", facts
 
 
-def _graph_device(device: str, modes: dict[str, dict[str, Any]]) -> tuple[str, str]:
+def _graph_device(device: str, modes: dict[str, dict[str, Any]]) -> tuple[Phrase, Phrase]:
     """The steady-step and first-call clauses of one device."""
     if not modes:
         why = not_measured(f"the config measures nothing on {device}")
@@ -61,7 +62,7 @@ def _graph_device(device: str, modes: dict[str, dict[str, Any]]) -> tuple[str, s
         if row is None:
             continue
         if row["status"] != OK:
-            steady.append(f"{name} {not_measured(skip_reason([row]))}")
+            steady.append(name + " " + not_measured(skip_reason([row])))
             continue
         means = (
             f"{fmt_mean(row, 'steady_step_ms', 'steady_step_ms_ci95')} vs "
@@ -69,13 +70,13 @@ def _graph_device(device: str, modes: dict[str, dict[str, Any]]) -> tuple[str, s
         )
         # Timed taking turns (graphs.measure_device): repeat by repeat beside eager's.
         paired = bool(row.get("repeat_started_s")) and len(_repeats(row)) == len(_repeats(eager))
-        steady.append(f"{name} {speed(_repeats(eager), _repeats(row), means, paired)}")
+        steady.append(name + " " + speed(_repeats(eager), _repeats(row), means, paired))
         calls = 1000 * float(row["first_call_s"]) / float(eager["steady_step_ms"])
         first.append(
             f"{name} {fmt_num(float(row['first_call_s']))} s, {fmt_count(calls)} eager steps"
         )
     nothing = not_measured("no captured mode ran")
-    return "; ".join(steady) or nothing, "; ".join(first) or nothing
+    return (join("; ", steady) if steady else nothing), (join("; ", first) if first else nothing)
 
 
 def _repeats(row: dict[str, Any]) -> list[float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dmls.report.comparisons import NotMeasured
-from dmls.report.special_answers import elsewhere, finished_rows, skip_reason
+from dmls.report.special_answers import elsewhere, finished_rows, not_measured, skip_reason
 from dmls.report.study import OK
 from dmls.report.wording import (
     DEVICES,
@@ -62,7 +62,9 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     }
     full = estimates.get((*BASELINE[:2], "full"))
     if full is None:
-        return "no_full", facts | {"why": "the config estimates no full recomputation"}
+        return "no_full", facts | {
+            "why": not_measured("the config estimates no full recomputation")
+        }
     saved = estimate - full["total_bytes"]
     facts["measured_full"] = _recompute_measured(rows, summary)
     return "full", facts | {

@@ -9,6 +9,7 @@ from typing import Any
 
 from dmls import stats
 from dmls.report.comparisons import NotMeasured, Ratio
+from dmls.report.phrases import Phrase, figure
 from dmls.report.special_answers import (
     finished_rows,
 )
@@ -36,7 +37,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         second: str,
         word: str = "costlier",
         less: str = "cheaper",
-    ) -> str:
+    ) -> str | Phrase:
         means = block["means"]
         u = unit.get(block["metric"], "")
         both = f"{fmt_sig(means[block[first]], 3)} vs {fmt_sig(means[block[second]], 3)} {u}"
@@ -44,7 +45,8 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
             return f"{block[first]} ({both})"
         phrase = Ratio.of(_stored(block), both, "repeat")
         verdict = phrase.judge(word, less)
-        return f"{block[first]}, {phrase.value} {block[second]}'s ({phrase.inside}), {verdict}"
+        head, tail = f"{block[first]}, {phrase.value} {block[second]}'s (", f"), {verdict}"
+        return figure(head + phrase.inside + tail, head + phrase.inside_brief + tail)
 
     if "time_per_layer" not in v:  # (a summary written before the turns and the control)
         raise NotMeasured("this B4 summary predates its per-module figures and its control")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dmls.report.comparisons import NotMeasured
+from dmls.report.phrases import Phrase
 from dmls.report.special_answers import finished_rows, not_measured, read_csv_rows, skip_reason
 from dmls.report.study import OK
 from dmls.report.wording import fmt_count, fmt_sig
@@ -26,7 +27,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
             raise NotMeasured(skip_reason([failed[name]]))
         return summary.get(name) or read_csv_rows(folder / f"{name}.csv")
 
-    facts: dict[str, str] = {}
+    facts: dict[str, str | Phrase] = {}
     for name, keys, fill in (
         (
             "representation",

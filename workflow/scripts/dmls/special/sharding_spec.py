@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dmls.report.phrases import join
 from dmls.report.special_answers import elsewhere, finished_rows, not_measured, skip_reason, speed
 from dmls.report.study import OK
 from dmls.report.wording import (
@@ -46,7 +47,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         r = mine[strategy]
         name = SHARDING.get(strategy, strategy)
         if r["status"] != OK:
-            ran.append(f"{name} {not_measured(skip_reason([r]))}")
+            ran.append(name + " " + not_measured(skip_reason([r])))
             continue
         ran.append(name)
         p = r["parameters"]
@@ -73,7 +74,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         + elsewhere(more, f"{DEVICES.get(device, device).removeprefix('the ')} rows of more ranks"),
         "parameters": _parameters(next(iter(done.values()))["parameters"]),
         "ns": _rank_counts(rows, device, n) + _not_run(summary),
-        "ran": "; ".join(ran),
+        "ran": join("; ", ran),
         "memory": "; ".join(memory),
     }
     sharded = next((s for s in reversed(SHARDING_ORDER) if s in done and s != "none"), None)
@@ -89,8 +90,8 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         other = done[strategy]
         step_means = (fmt_mean(row, "step_ms", "step_ms_ci95") for row in (other, ddp))
         means = " vs ".join(step_means) + " ms"
-        steps.append(f"{other['stage']} {speed(_steps(ddp), _steps(other), means)}")
-    facts["step"] = "; ".join(steps)
+        steps.append(other["stage"] + " " + speed(_steps(ddp), _steps(other), means))
+    facts["step"] = join("; ", steps)
     return "measured", facts
 
 

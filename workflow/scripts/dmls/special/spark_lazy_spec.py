@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dmls.report.comparisons import NotMeasured
+from dmls.report.phrases import Phrase
 from dmls.report.special_answers import finished_rows, not_measured, skip_reason
 from dmls.report.study import OK
 from dmls.report.wording import fmt_plural
@@ -104,7 +105,7 @@ def _scanned(row: dict[str, Any]) -> str:
     return f"{verdict} ({fmt_plural(int(row['jobs']), 'job')}{': ' + said if said else ''})"
 
 
-def _optimized(summary: dict[str, Any], chain: str) -> str:
+def _optimized(summary: dict[str, Any], chain: str) -> str | Phrase:
     """The optimized logical plan of `chain` (no cache) as one line, operator over operator,
     without Spark's expression ids: 'Project [...] over Filter (...) over LogicalRDD [...]'."""
     plan = ((summary.get("plans") or {}).get("no cache") or {}).get(chain)
