@@ -1,4 +1,5 @@
-"""The conda env of the rules and the pip requirements pin the same versions."""
+"""The conda env of the rules and the pip requirements pin the same versions; CI runs the
+test command the README shows."""
 
 import re
 
@@ -36,3 +37,12 @@ def test_the_spark_env_is_the_pipelines_plus_java_and_the_pyspark_the_study_name
     assert "openjdk=17" in env["dependencies"]
     tests = pins((ROOT / "envs" / "requirements-test.txt").read_text().splitlines())
     assert tests["pyspark"] == PYSPARK_VERSION
+
+
+def test_ci_runs_the_one_test_command_the_readme_shows():
+    """CI runs tests/run.sh, the file the README's test section shows, rather than a line
+    read out of README prose (a README edit can't break CI, nor CI drift from the README)."""
+    assert "bash tests/run.sh" in (ROOT / "README.md").read_text()
+    assert "bash tests/run.sh" in (ROOT / ".ci" / "run").read_text()
+    script = (ROOT / "tests" / "run.sh").read_text()
+    assert "pip install -r envs/requirements-test.txt" in script and "\npytest" in script
