@@ -7,17 +7,14 @@ from snakemake.exceptions import WorkflowError
 # Parse time imports only what declares the DAG, none of it torch or matplotlib
 # (tests/test_layers.py): the config, the datasets' file layout, the figure captions, the
 # Slurm resources of a run and the count of this host's GPUs.
+from dmls import hooks
 from dmls.config.priority import LONG_STUDY, run_priority
 from dmls.config.spec import load_schema, resolve_runs
 from dmls.config.studies import baseline_run, identical_runs, run_labels
 from dmls.data import datasets
 from dmls.report import captions
 from dmls.supervisor import slots
-from dmls.supervisor.slurm import (
-    job_resources,
-    status_check_problem,
-    study_job_resources,
-)
+from dmls.supervisor.slurm import job_resources, study_job_resources
 
 RESULTS = config["results_dir"]
 CONFIG_SCHEMA = load_schema()
@@ -169,8 +166,6 @@ def special_study_outputs():
 
 def compare_metrics(wildcards):
     """The metrics of every results folder the `compare` rule sets side by side."""
-    from pathlib import Path
-
     if len(config["compare"]) < 2:
         raise ValueError(
             f"compare: {config['compare']!r}; give two or more results folders, the reference "
@@ -307,112 +302,17 @@ def run_threads(wildcards):
     return local_threads(spec.cpu_shares)
 
 
-def check_slurm_status_checks():
-    """Under Slurm, fail now with the fix rather than wait forever for jobs that ended; on a
-    machine where no Slurm answers, say so and what to run instead (before: a SlurmError
-    traceback about scontrol)."""
-    import shutil
-
-    from dmls.supervisor.slurm import SlurmError
-
-    if workflow.executor_plugin.name != "slurm":
-        return
-    instead = (
-        "--profile profiles/slurm submits every job to Slurm, but no Slurm cluster answers "
-        "here ({}). On a machine without Slurm run `snakemake --cores 4` instead (README: "
-        "Which config to use); on a cluster, run from a node where `sinfo` works."
-    )
-    if shutil.which("sbatch") is None:
-        raise WorkflowError(instead.format("sbatch not found"))
-    settings = workflow.executor_settings
+# The hooks: what they do is dmls/hooks.py's (unit-tested there); here, only what they are
+# handed. A hook's refusal (HookError) stops the workflow before any job, as Snakemake's own.
+def hook(step, *args):
     try:
-        problem = status_check_problem(
-            settings.status_command,
-            settings.init_seconds_before_status_checks,
-            partition=default_submission_resource("slurm_partition"),
-            account=default_submission_resource("slurm_account"),
-        )
-    except SlurmError as e:
-        raise WorkflowError(instead.format(str(e).splitlines()[0])) from None
-    if problem:
-        raise WorkflowError(problem)
-
-
-def default_submission_resource(name):
-    """The partition or account (`name`: slurm_partition, slurm_account) that every job gets
-    from --default-resources or the profile's default-resources, as the Slurm plugin hands it
-    to sbatch; None where unset or where it is an expression of the job (only its job knows).
-    Before: a partition given this way skipped the check and Slurm's refusal came twice.
-    """
-    import ast
-    import os
-    import re
-
-    given = workflow.resource_settings.default_resources
-    resource = given.get(name) if given else None
-    if resource is None:
-        return None
-    if not resource.is_evaluable():
-        value = resource.value
-        return value if isinstance(value, str) and value else None
-    raw = os.path.expandvars(str(resource.raw)).strip()
-    try:  # a quoted string, or None (the profile's unset SBATCH_PARTITION)
-        value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        # A bare word, as Snakemake reads gpu or n1-standard-4.
-        value = raw if re.fullmatch(r"[\w.,:+-]+", raw) else None
-    return value if isinstance(value, str) and value else None
-
-
-def check_fault_drill():
-    """A fault drill (DMLS_FAULT) for a run the config lacks is an error before any job."""
-    from dmls.protocol import Fault
-
-    fault = Fault.from_env()
-    if fault is not None:
-        fault.check_run_exists(RUNS)
-
-
-def advise_bytecode_cache():
-    """Where torch has no bytecode and the cache is off, say what turns it on (and go on)."""
-    from dmls import bytecode
-
-    if not config["runtime"]["bytecode_cache"] and (note := bytecode.advice()):
-        print(note, file=sys.stderr)
-
-
-def advise_cores():
-    """Where --cores makes timed runs share cores, say so (and go on)."""
-    import os
-
-    from dmls.supervisor.slots import core_advice
-
-    if on_cluster() or not workflow.cores:
-        return
-    shares = {run_id: spec.cpu_shares for run_id, spec in RUNS.items()}
-    cpus = len(os.sched_getaffinity(0))
-    for line in core_advice(workflow.cores, cpus, shares, config["isolation"]):
-        print(line, file=sys.stderr)
+        return step(*args)
+    except hooks.HookError as e:
+        raise WorkflowError(str(e)) from None
 
 
 # The results folder's claim (dmls.files.claim_folder), held by this Snakemake while it runs.
 RESULTS_CLAIM = []
-
-
-def claim_results_dir():
-    """Hold the results folder for this workflow before any job starts (and removes its old
-    outputs): a second workflow on the same folder (another clone, another Snakemake) stops
-    here, naming the one that holds it, and changes nothing. Onstart runs in the main
-    Snakemake only: not in a dry run, --report or --lint, nor in the job processes it spawns
-    or submits to Slurm (they get --no-hooks)."""
-    from dmls.files import FolderBusy, claim_folder
-
-    if not workflow.is_main_process:
-        return
-    try:
-        RESULTS_CLAIM.append(claim_folder(Path(RESULTS), workflow.basedir))
-    except FolderBusy as e:
-        raise WorkflowError(str(e)) from None
 
 
 def release_results_dir():
@@ -421,119 +321,33 @@ def release_results_dir():
         RESULTS_CLAIM.pop().close()
 
 
-def say_what_will_be_replaced():
-    """Finished runs whose settings changed since (`--config seeds=1` on a finished folder)
-    are trained again and replaced: say so before any job starts."""
-    from dmls.report import outcome
-
-    planned = {run_id: spec.to_dict() for run_id, spec in RUNS.items()}
-    if note := outcome.replaced(planned, Path(RESULTS)):
-        print(note, file=sys.stderr)
-
-
-def data_to_download():
-    """For each data set this DAG prepares and this host has no copy of: that it is downloaded
-    by prepare_data, or, where the download is off or fails (offline), what needs it is
-    skipped with the reason."""
-    try:
-        prepared = sorted(
-            {
-                job.wildcards.dataset
-                for job in workflow.dag.needrun_jobs()
-                if job.rule.name == "prepare_data"
-            }
-        )
-    except AttributeError:  # this Snakemake's scheduler is not readable
-        return []
-    said = []
-    for name in prepared:
-        cfg = config["data"][name]
-        if why := datasets.download_needed(name, cfg):
-            then = (
-                "prepare_data downloads it; offline, the runs and studies that need it are "
-                "skipped with the reason"
-                if cfg.get("download", True)
-                else f"data.{name}.download is false: what needs it is skipped with the reason"
-            )
-            said.append(f"{why}: {then}.")
-    return said
-
-
-def say_what_this_host_will_run():
-    """On this host (not under Slurm, whose nodes are not this one and whose queue decides
-    when jobs start), before any job: the runs it will train and skip, with why, then about
-    how long the DAG's jobs take here, an estimate from measured costs said to be one
-    (dmls/supervisor/estimate.py, config/costs.yaml). The host's facts are read once, as the
-    runs' own checks read them (asked once per boot: supervisor/hardware.py)."""
-    import os
-
-    from dmls.supervisor.estimate import (
-        estimate,
-        jobs_of,
-        load_costs,
-        plain,
-        said,
-        write_estimate,
-    )
-    from dmls.supervisor.hardware import host_facts, plan
-
-    if workflow.executor_plugin.name == "slurm":
-        return
-    host, _ = host_facts(Path(RESULTS) / "hosts")
-    print(plan(RUNS, host), file=sys.stderr)
-    for why in data_to_download():
-        print(why, file=sys.stderr)
-    jobs = jobs_of(workflow)
-    if jobs is None:
-        print(
-            "No estimate of the DAG's time: this Snakemake's scheduler is not readable.",
-            file=sys.stderr,
-        )
-        return
-    costs = load_costs(Path(workflow.basedir) / "config" / "costs.yaml")
-    cores = min(workflow.cores, len(os.sched_getaffinity(0)))
-    gpus = workflow.global_resources.get("gpu")
-    gpus = None if gpus is None else plain(gpus)
-    est, section = estimate(jobs, RUNS, host, cores, gpus, costs, config, CONFIG_SCHEMA)
-    print(said(jobs, est, section, cores, gpus), file=sys.stderr)
-    write_estimate(Path(RESULTS) / "logs" / "estimate.json", jobs, est, cores, gpus)
-
-
 onstart:
-    claim_results_dir()
-    check_slurm_status_checks()
-    check_fault_drill()
-    advise_bytecode_cache()
-    advise_cores()
-    say_what_this_host_will_run()
-    say_what_will_be_replaced()
+    RESULTS_CLAIM.append(hook(hooks.claim_results_dir, workflow, RESULTS))
+    hook(hooks.check_slurm_status_checks, workflow)
+    hooks.check_fault_drill(RUNS)
+    hooks.advise_bytecode_cache(config)
+    hooks.advise_cores(workflow, RUNS, config["isolation"], on_cluster())
+    hooks.say_what_this_host_will_run(
+        workflow, RUNS, RESULTS, config, CONFIG_SCHEMA
+    )
+    hooks.say_what_will_be_replaced(RUNS, RESULTS)
 
 
 # When this invocation started: a report older than this was built by an earlier one.
 STARTED = time.time()
 
 
-def print_outcome(stopped):
-    """How the runs and special studies ended: Snakemake's "100% done" counts jobs, and a
-    skipped run's succeeds; where the DAG stopped, what it kept and how to go on."""
-    from dmls.report import outcome
-
-    page = Path(RESULTS) / "report" / "report.html"
-    said = outcome.summary(
-        all_run_metrics(),
-        page,
-        special_study_outputs(),
-        started=STARTED,
-        stopped=stopped,
+def say_how_it_ended(stopped):
+    hooks.say_how_it_ended(
+        all_run_metrics(), RESULTS, special_study_outputs(), STARTED, stopped
     )
-    print(said, file=sys.stderr)
 
 
 onsuccess:
-    print_outcome(stopped=False)
+    say_how_it_ended(stopped=False)
     release_results_dir()
 
 
 onerror:
-    print_outcome(stopped=True)
+    say_how_it_ended(stopped=True)
     release_results_dir()

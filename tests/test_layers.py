@@ -38,6 +38,7 @@ FLOORS = (
     ("training", "report"),
     ("supervisor",),
     ("special",),
+    ("hooks",),  # what the Snakefile's hooks do (rules/common.smk calls it)
 )
 
 
@@ -283,7 +284,7 @@ def test_parsing_the_workflow_imports_no_torch_and_leaves_the_environment_as_it_
     count of this host's GPUs (rules/common.smk); none of it torch or matplotlib, and the
     environment is not changed."""
     allowed = ("dmls.config", "dmls.data.datasets", "dmls.data.sources", "dmls.files",
-               "dmls.report.captions", "dmls.supervisor.slurm",
+               "dmls.hooks", "dmls.report.captions", "dmls.supervisor.slurm",
                "dmls.supervisor.slots")  # fmt: skip
     code = f"""
 import json, os, sys
