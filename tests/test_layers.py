@@ -1,4 +1,4 @@
-"""The package's layers hold (workflow/scripts/dmls/__init__.py says which runs where): imports
+"""The package's layers hold (docs/architecture.md draws them): imports
 point down the drawn floors and no modules import each other in a circle, code that runs
 outside the ranks imports no torch, the launcher is compared only where it must be, and no
 module shadows the standard library."""

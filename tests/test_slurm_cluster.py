@@ -22,7 +22,7 @@ BIN = Path(sys.executable).parent
 CLUSTER = ROOT / ".ci" / "slurm-cluster"
 NODES = ["node1", "node2"]
 # This cluster has no slurmdbd, so `sacct` knows no jobs: status checks go through squeue
-# (README, "Run on a Slurm cluster"), the first one 2 s after a submission instead of 40.
+# (docs/slurm.md), the first one 2 s after a submission instead of 40.
 STATUS_CHECKS = [
     "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
 ]  # fmt: skip

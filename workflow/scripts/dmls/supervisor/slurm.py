@@ -201,7 +201,7 @@ def submission_problem(*, partition: str | None = None, account: str | None = No
         f"Slurm refuses this workflow's jobs ({where}): "
         f"{' / '.join(out.stderr.strip().splitlines())}. Give a partition `sinfo` lists, and an "
         "account of yours where the cluster wants one, in SBATCH_PARTITION and SBATCH_ACCOUNT "
-        '(README, "Run on a Slurm cluster")'
+        "(docs/slurm.md)"
     )
 
 
