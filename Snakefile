@@ -39,7 +39,7 @@ include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/aggregate.smk"
 include: "rules/report.smk"
-include: "rules/studies.smk"
+include: "rules/special_studies.smk"
 
 
 # Under a cluster executor, collecting the runs' files takes a second: no job to queue for.
