@@ -12,7 +12,7 @@ from conftest import ROOT, alike
 from dmls import record
 from dmls.report import answers, comparisons
 from dmls.report.study import Study
-from test_report import fake_metrics
+from fake_runs import fake_metrics
 
 A1 = {
     "factor": ["launcher", "nproc_per_node"],

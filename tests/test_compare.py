@@ -8,8 +8,8 @@ import pytest
 
 from dmls.files import write_json
 from dmls.report import compare
+from fake_runs import epochs, fake_metrics
 from test_energy import with_energy
-from test_report import epochs, fake_metrics
 
 
 def folder(root, name, runs):

@@ -15,7 +15,7 @@ from dmls.report import figures, observations
 from dmls.report.aggregate import summarize
 from dmls.report.study import Study
 from dmls.training import energy, results
-from test_report import epochs, fake_metrics
+from fake_runs import epochs, fake_metrics
 
 
 class FakeNVML(types.ModuleType):
@@ -269,7 +269,7 @@ def test_the_study_shows_energy_per_epoch_and_to_the_target_with_intervals(tmp_p
     half_width = scipy.stats.t.ppf(0.975, 2) * np.std([900, 1000, 1100], ddof=1) / np.sqrt(3)
     assert single["steady_epoch_energy_j_ci95"] == pytest.approx(half_width)
     assert single["train_power_w"] == pytest.approx(100.0)
-    # 50% test accuracy at epochs 3, 2, 2 (test_report's time-to-target seeds): the epochs'
+    # 50% test accuracy at epochs 3, 2, 2 (fake_runs' time-to-target seeds): the epochs'
     # training and evaluation joules up to there, in the seeds of a warm process (1 and 2).
     to_target = [100 * 25 + 50 * 2, 100 * 27.5 + 50 * 2]
     assert single["energy_to_target_j"] == pytest.approx(np.mean(to_target))

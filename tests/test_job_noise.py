@@ -11,7 +11,7 @@ from dmls import stats
 from dmls.config.studies import identical_runs
 from dmls.report import observations, quantities
 from dmls.report.study import Study
-from test_report import fake_metrics
+from fake_runs import fake_metrics
 
 
 def test_jobs_noise_is_the_largest_ratio_between_identical_jobs():

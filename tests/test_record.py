@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from dmls import record, versions
 from dmls.files import write_json
-from test_report import fake_metrics
+from fake_runs import fake_metrics
 
 MIB = 2**20
 

@@ -5,8 +5,8 @@ import platform
 
 import pytest
 
-from dmls.special import runner, serialization
 from dmls.report.phrases import full
+from dmls.special import runner, serialization
 from dmls.special.serialization_spec import facts as serialization_facts
 from dmls.summary import read as read_summary
 

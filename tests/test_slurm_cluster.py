@@ -236,8 +236,8 @@ def test_a_failing_job_is_reported_failed_promptly(slurm_cluster, tmp_path):
 
 def test_the_collectives_sweep_runs_its_slurm_parts_inside_its_2_node_job(slurm_cluster, tmp_path):
     """A5 explained through the profile: its job asks for the 2 nodes its `gloo-cpu-slurm`
-    setups' srun steps span (rules/special_studies.smk), so they run inside its allocation. Before: the
-    job got 1 node, each such part failed ("Only allocated 1 nodes asked for 2") as
+    setups' srun steps span (rules/special_studies.smk), so they run inside its allocation.
+    Before: the job got 1 node, each such part failed ("Only allocated 1 nodes asked for 2") as
     "launcher exited with codes [1]", and Snakemake exited 0."""
     overlay = tmp_path / "collectives.yaml"
     setups = {"setups": ["gloo-cpu", "gloo-cpu-slurm"], "processes": [2, 4]}

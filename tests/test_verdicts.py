@@ -17,7 +17,7 @@ from dmls.report import answers, comparisons, observations, special_answers, wor
 from dmls.report.phrases import full
 from dmls.report.study import Study
 from dmls.special import sharding
-from test_report import fake_metrics
+from fake_runs import fake_metrics
 
 # Values of two sides whose ratio's (and difference's) interval lies above the null, below it,
 # holds it, or has no interval (one value on a side).
