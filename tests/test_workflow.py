@@ -355,6 +355,16 @@ def test_snakefmt_and_ruff_are_clean():
         assert ruff.returncode == 0, ruff.stdout + ruff.stderr
 
 
+def test_the_package_type_checks(tmp_path):
+    """mypy over the package, in pyproject.toml's basic mode (its defaults, not strict)."""
+    out = subprocess.run(
+        [str(BIN / "mypy"), "--config-file", str(ROOT / "pyproject.toml"),
+         "--cache-dir", str(tmp_path / "mypy"), "dmls"],
+        cwd=ROOT / "workflow" / "scripts", capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-5000:] + out.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def dag(tmp_path_factory) -> Path:
     """The .test config's whole DAG, run once: its results folder."""

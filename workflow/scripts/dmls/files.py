@@ -41,7 +41,7 @@ class DiskFull(OSError):
     resumable = True
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None], size: int | None = None) -> None:
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object], size: int | None = None) -> None:
     """Write through `write(file)` into a temporary sibling, fsync it, then rename over `path`.
     `size`: the bytes `write` writes, where the caller knows them (a full disk names them).
     On any error `path` is as it was and the temporary file is gone; a full disk (`FULL`)

@@ -31,7 +31,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dmls import stats, versions
 from dmls.files import read_checked, schema_validator, write_checked
@@ -93,7 +93,7 @@ def problems(record: Any) -> list[str]:
 
 def step_memory_problem(seed: dict[str, Any]) -> str | None:
     """One GPU's allocated bytes before the step and what the step added: at most its peak."""
-    held, added, peak = (seed.get(m) for m in (*MEMORY_METRICS[2:4], MEMORY_METRICS[0]))
+    held, added, peak = (cast(Any, seed.get(m)) for m in (*MEMORY_METRICS[2:4], MEMORY_METRICS[0]))
     if None in (held, added, peak) or held + added <= peak:
         return None
     return f"step_gpu_mem_bytes: {added} added to the {held} held before the step exceed the allocated peak, {peak}"  # noqa: E501  # fmt: skip
@@ -587,8 +587,8 @@ def value(record: dict[str, Any], metric: str) -> tuple[float | None, float | No
     if metric in MEMORY_METRICS:
         estimate = stats.mean_interval(counted_values(record, metric))
         return (None, None) if estimate is None else (estimate.mean, estimate.half_width)
-    estimate = record["summary"].get(metric) or {}
-    return estimate.get("mean"), estimate.get("ci95")
+    entry = record["summary"].get(metric) or {}
+    return entry.get("mean"), entry.get("ci95")
 
 
 def per_gpu_peaks(record: dict[str, Any]) -> list[float] | None:

@@ -17,6 +17,7 @@ import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
+from typing import cast
 
 import numpy as np
 
@@ -45,7 +46,10 @@ class Estimate:
     @property
     def half_width(self) -> float | None:
         """Half the interval's width (it is symmetric around the mean)."""
-        return None if self.low is None else (self.high - self.low) / 2
+        if self.low is None:
+            return None
+        assert self.high is not None  # low and high are set together
+        return (self.high - self.low) / 2
 
     @property
     def has_interval(self) -> bool:
@@ -53,7 +57,10 @@ class Estimate:
 
     def covers(self, value: float) -> bool:
         """Whether `value` lies in the interval (False without one)."""
-        return self.has_interval and self.low <= value <= self.high
+        if not self.has_interval:
+            return False
+        assert self.low is not None and self.high is not None
+        return self.low <= value <= self.high
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {
@@ -121,6 +128,7 @@ class Comparison:
         """True when the interval holds `null` (no effect), None without an interval."""
         if not self.has_interval:
             return None
+        assert self.low is not None and self.high is not None
         return self.low <= self.null <= self.high
 
     @property
@@ -131,7 +139,10 @@ class Comparison:
     def against(self, null: float) -> Comparison:
         """The same comparison judged against another null (a speed-up against the ideal), its
         `band` of no effect moved with it (scaled, for a ratio)."""
-        band = self.band and tuple(end * null / self.null for end in self.band)
+        band = cast(
+            "tuple[float, float] | None",
+            self.band and tuple(end * null / self.null for end in self.band),
+        )
         return replace(self, null=null, band=band)
 
     @property
@@ -159,6 +170,7 @@ def finding(comparison: Comparison) -> str:
     if not comparison.has_interval or comparison.untold:
         return TOO_FEW
     low, high = comparison.band or (comparison.null, comparison.null)
+    assert comparison.low is not None and comparison.high is not None
     if comparison.low > high:
         return MORE
     if comparison.high < low:
@@ -178,6 +190,7 @@ def verdict(comparison: Comparison, more: str, less: str, unit: str = "seed") ->
     if way == NO_EFFECT:
         if comparison.identical:
             return f"identical in every {unit} compared"
+        assert comparison.low is not None and comparison.high is not None  # NO_EFFECT has one
         if comparison.band and not comparison.low <= comparison.null <= comparison.high:
             return "within job noise"
         return f"within {unit} noise"
@@ -242,11 +255,11 @@ class JobNoise:
 def job_noise(groups: Sequence[Sequence[float]]) -> JobNoise | None:
     """`JobNoise` from groups of positive values, each one value per job (a job's geometric
     mean over its seeds) of jobs with identical settings; None without a group of two."""
-    groups = [g[g > 0] for g in (_finite(g) for g in groups)]
-    groups = [g for g in groups if len(g) >= 2]
-    if not groups:
+    arrays = [g[g > 0] for g in (_finite(g) for g in groups)]
+    arrays = [g for g in arrays if len(g) >= 2]
+    if not arrays:
         return None
-    return JobNoise(max(float(g.max() / g.min()) for g in groups), sum(len(g) for g in groups))
+    return JobNoise(max(float(g.max() / g.min()) for g in arrays), sum(len(g) for g in arrays))
 
 
 UNTOLD_JOBS = (

@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, cast, get_type_hints
 
 import yaml
 
@@ -276,7 +276,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     for name in names:
         value, hint = data[name], hints[name]
         if is_dataclass(hint):
-            value = _build(hint, value, f"{where}.{name}")
+            value = _build(cast(type, hint), value, f"{where}.{name}")
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[name] = value
@@ -404,8 +404,8 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
             return [f"{where}: {error.instance!r} is not a whole number written as one "
                     f"(write {int(error.instance)})"]  # fmt: skip
     if error.validator == "enum":
-        allowed = ", ".join(map(str, error.validator_value))
-        return [f"{where}: {error.instance!r} is not allowed; allowed: {allowed}"]
+        choices = ", ".join(map(str, error.validator_value))
+        return [f"{where}: {error.instance!r} is not allowed; allowed: {choices}"]
     if error.validator == "pattern" and (rule := error.schema.get("x-rule")):
         return [f"{where}: {error.instance!r} is not allowed: {rule}"]
     if "propertyNames" in error.schema_path and error.validator == "maxLength":

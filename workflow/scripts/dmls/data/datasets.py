@@ -446,7 +446,12 @@ def prepare(name: str, cfg: dict, out_dir: Path, strict: bool = False) -> dict:
 
     is_image = x_train.ndim == 4
     mean, std = channel_mean_std(x_train) if is_image else (None, None)
-    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    arrays: dict[str, Any] = {
+        "x_train": x_train,
+        "y_train": y_train,
+        "x_test": x_test,
+        "y_test": y_test,
+    }
     # Uncompressed: training loads it every run, and image data barely compresses anyway.
     atomic_write(npz_path, lambda f: np.savez(f, **arrays))
     manifest = {

@@ -118,8 +118,12 @@ def make_loaders(
     (x_train, y_train), (x_val, y_val), (x_test, y_test) = _splits(spec, ds)
     # Every launcher shards through DistributedSampler, a single process with 1 replica: the
     # shuffled order is then the same, and 2 ranks × batch B/2 see exactly 1 rank × batch B.
-    sampler = DistributedSampler(
-        range(len(y_train)), num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed
+    sampler: DistributedSampler[int] = DistributedSampler(
+        range(len(y_train)),  # type: ignore[arg-type]  # any sized sequence: it takes the len
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=True,
+        seed=spec.seed,
     )
     last = len(sampler) % samples_per_step  # the ragged last batch of each epoch, if any
     unseen_reason = _unseen_reason(spec, last, devices_per_step, min_samples_per_device)

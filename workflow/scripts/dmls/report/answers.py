@@ -25,10 +25,10 @@ config, is "not measured (the run and why)", and shows no number. An entry with 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from string import Formatter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -146,7 +146,14 @@ def _underfit(study: Study) -> str:
         seeds = study.numbers[run].finals("test_accuracy")
         gap = quantities.interval([f["train_accuracy"] - f["test_accuracy"] for f in seeds])
         lost = quantities.compare(study, run, base, "test_accuracy")
-        if gap and gap.has_interval and gap.low <= 0 and lost and lost.finding == quantities.LESS:
+        # (gap.has_interval: gap.low is a float)
+        if (
+            gap
+            and gap.has_interval
+            and cast(float, gap.low) <= 0
+            and lost
+            and lost.finding == quantities.LESS
+        ):
             found.append(run)
     if not found:
         return ""
@@ -171,11 +178,13 @@ def _gap(study: Study, run: str) -> str:
     the 95% interval, and the training accuracy it comes from."""
     seeds = study.numbers[run].finals("test_accuracy")
     gap = quantities.interval([100 * (f["train_accuracy"] - f["test_accuracy"]) for f in seeds])
+    assert gap is not None  # a finished run's seeds: finite accuracies
     train = np.mean([100 * f["train_accuracy"] for f in seeds])
+    low, high = cast(float, gap.low), cast(float, gap.high)  # read only with an interval
     interval = (
         " (one seed)" if not gap.has_interval
         else " (no spread in the seeds)" if gap.low == gap.high
-        else f" ({signed(gap.low)} to {signed(gap.high)})"
+        else f" ({signed(low)} to {signed(high)})"
     )  # fmt: skip
     return f"{run} {signed(gap.mean)}{interval}, train {train:.1f}%"
 
@@ -329,9 +338,12 @@ def backend_sweep(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[s
         if not all("seconds" in predicted.get(r, {}) for r in (gloo, nccl)):
             return "unpredicted", {}
         gap = quantities.compare(study, gloo, nccl, "steady_epoch_s")
+        if gap is None:  # a side without a steady epoch's time in any seed
+            return "unpredicted", {}
+        low, high = cast(float, gap.low), cast(float, gap.high)  # read only with an interval
         facts[f"predicted_b{batch}"] = in_s(predicted[gloo]["seconds"] - predicted[nccl]["seconds"])
         facts[f"measured_b{batch}"] = (
-            f"{in_s(gap.value)} ({in_s(gap.low)} to {in_s(gap.high)})"
+            f"{in_s(gap.value)} ({in_s(low)} to {in_s(high)})"
             if gap.has_interval else in_s(gap.value)
         )  # fmt: skip
     return "predicted", facts
@@ -339,7 +351,7 @@ def backend_sweep(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[s
 
 # Facts an `answer:` entry names with `facts:`: a function of the study (and the collectives
 # sweep, where it ran) giving (case, facts); the entry's `say` has one template per case.
-FACTS = {
+FACTS: dict[str, Callable[..., tuple[str, dict[str, Any]]]] = {
     "overfitting": overfitting,
     "regularization_setting": regularization_setting,
     "one_host_cause": one_host_cause,
@@ -409,7 +421,7 @@ def against_course(filled: dict[str, Any], course: dict[str, dict[str, str]]) ->
     32 (a finding here: slower)"; a comparison without a verdict agrees with nothing."""
     agree, disagree, untold = [], [], []
     for name, said in course.items():
-        compared = filled.get(name)
+        compared: Any = filled.get(name)  # any fact; a compared one has a finding
         finding = getattr(compared, "finding", None)
         where = said.get("where", name)
         if finding in (None, quantities.TOO_FEW):
@@ -518,7 +530,7 @@ def study_answer(
     return study_answers(texts, study, other, sweep)[0]
 
 
-def course_comparison(study: Study, table: dict[str, Any]) -> dict[str, Any] | None:
+def course_comparison(study: Study, table: dict[str, Any] | None) -> dict[str, Any] | None:
     """The course's reference figures beside this run's, one row per configuration (a
     report/studies.yaml `course_table`: the course's `setting` and, per `run`, its figures as
     written), with the settings in which the two differ: epochs, data, card. Our time is the

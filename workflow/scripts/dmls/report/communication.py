@@ -5,7 +5,7 @@ that differ only in the backend."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -77,6 +77,11 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
         )
     for a, b in _backend_pairs(study, list(predicted)):
         measured = quantities.compare(study, a, b, "steady_epoch_s")
+        if measured is None:
+            lines.append(f"{a} vs {b}: not compared, as a side has no steady epoch's time.")
+            continue
+        # The interval's ends, read only where it has one.
+        low, high = cast(float, measured.low), cast(float, measured.high)
         gap = predicted[a] - predicted[b]
         share = ""
         if measured.value > 0 and gap > 0:
@@ -84,16 +89,17 @@ def communication(study: Study, collectives: pd.DataFrame | None) -> list[str]:
             share = "; " + cause(
                 f"the sweep puts {min(part, 9.99):.0%} of the gap on the all-reduce",
                 "the sweep",
-                unexplained=1 - part if measured.has_interval and gap < measured.low else None,
+                unexplained=1 - part if measured.has_interval and gap < low else None,
             )
-        if measured.has_interval and measured.low <= gap <= measured.high:
+        if measured.has_interval and low <= gap <= high:
             share += ", and the prediction lies inside the measured interval"
-        elif measured.has_interval and gap > measured.high:
+        elif measured.has_interval and gap > high:
             share += (
                 ": more than the gap, as if part of each all-reduce overlapped the backward "
                 "(not measured here)"
             )
-        interval = measured.has_interval and f"{in_s(measured.low)} to {in_s(measured.high)}"
+        # False without an interval, which with_interval then does not read.
+        interval: Any = measured.has_interval and f"{in_s(low)} to {in_s(high)}"
         verdict = measured.verdict(f"{a} slower", f"{a} faster")
         lines.append(
             f"{a} vs {b}: their steady epochs differ by "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """What differs between two runs' records: their spec keys, and the data they trained on
     (the prepared arrays' SHA-256, where both recorded it)."""
     found = spec_differences(a["spec"], b["spec"])
-    digests = [(m.get("data") or {}).get("sha256") for m in (a, b)]
+    digests: list[Any] = [(m.get("data") or {}).get("sha256") for m in (a, b)]  # str or None
     if None not in digests and digests[0] != digests[1]:
         found.append(f"data (sha256 {digests[0][:12]}… vs {digests[1][:12]}…)")
     return found
@@ -93,7 +94,7 @@ def report_baseline(folder: Path, study: str) -> str | None:
 
 def common_baseline(
     present: dict[str, list[dict[str, Any]]],
-    reported: list[str | None] = (),
+    reported: Sequence[str | None] = (),
     configured: str | None = None,
 ) -> tuple[str | None, str]:
     """The run every folder's study is compared against, and where it comes from: the

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from dmls.config.studies import flatten
 from dmls.report import quantities
@@ -272,7 +272,8 @@ class Ratio:
     def inside_brief(self) -> str:
         """`inside` as the report shows it first: the interval, the means one click away; where
         it has no range, the means and why stay (they are all it has)."""
-        return self.interval if no_range(self.result, self.unit) is None else self.inside
+        # (no_range is None only with an interval, and `of` writes it then)
+        return cast(str, self.interval) if no_range(self.result, self.unit) is None else self.inside
 
     @property
     def brief(self) -> str:
@@ -311,10 +312,12 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
     and which seeds each mean is over. Raises NotMeasured with fewer than three settings."""
     metric = resolve(study, metric)
     spec = METRICS[metric]
+    said: dict[str, list[str]]
     xs, ys, said = [], [], {}
     for run in study.ok.index:
         if values(study, run, metric):
-            xs.append(float(flatten(study.metrics[run]["spec"]).get(against)))
+            # (every run's spec has the setting)
+            xs.append(float(cast(float, flatten(study.metrics[run]["spec"]).get(against))))
             ys.append(quantities.mean(study, run, metric) * spec.scale)
             said.setdefault(seeds_said(study, run, metric), []).append(run)
     if len(set(xs)) < 3:
@@ -349,6 +352,14 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
 
 
 class _Fit:
+    # `fit`'s fields, set from its dict.
+    slope: str
+    intercept: str
+    r2: str
+    verdict: str
+    points: str
+    linear: bool
+
     def __init__(self, fields: dict[str, Any], brief: bool = False) -> None:
         self.__dict__.update(fields)
         self.fields, self.brief = fields, brief

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any, cast
 
 import matplotlib
 
@@ -29,7 +30,7 @@ from dmls.stats import Comparison
 
 DPI = 110
 # Every figure of a study draws run i in colour i, so a run keeps its colour across figures.
-COLORS = plt.get_cmap("tab10").colors
+COLORS: tuple = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]  # a ListedColormap
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -52,7 +53,7 @@ def _ci95(study: Study, run: str, column: str, scale: float = 1.0) -> float:
     """The half-width of `run`'s 95% interval of `column` in the axis' unit; NaN (no whisker,
     not even a cap that would read as an interval of width 0) where there is none: one seed,
     or a number of the whole job (host RSS)."""
-    half = study.runs.at[run, f"{column}_ci95"] if f"{column}_ci95" in study.runs else None
+    half: Any = study.runs.at[run, f"{column}_ci95"] if f"{column}_ci95" in study.runs else None
     return np.nan if missing(half) else half / scale
 
 
@@ -78,7 +79,7 @@ def run_curves(study: Study, run: str, path: Path) -> Path:
         return notice(f"{study.key}/{run}: {row['status']}", str(row["reason"]), path)
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, layout="constrained", figsize=(8, 3.2))
     for column, style, label in (("train", "--", "train"), ("test", "-", "test")):
-        curve = {"linestyle": style, "marker": "o", "label": label}
+        curve: dict[str, Any] = {"linestyle": style, "marker": "o", "label": label}
         _curve(loss_ax, history, f"{column}_loss", **curve)
         _curve(acc_ax, history, f"{column}_accuracy", 100, **curve)
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss")
@@ -103,7 +104,7 @@ def notice(title: str, text: str, path: Path) -> Path:
 def _time_memory_accuracy(study: Study) -> list[tuple[str, str, float]]:
     """The panels of the overview and sweep figures, drawn only for a study with finished runs:
     (column, axis label, divisor)."""
-    column, description = study.memory
+    column, description = cast("tuple[str, str]", study.memory)  # (finished runs: one)
     return [
         # Throughput of the steady epochs: a total time would hold the first seed's warm-up.
         ("samples_per_s", "samples/s (steady epochs)", 1.0),
@@ -215,6 +216,7 @@ def accuracy_over_time(study: Study, path: Path) -> Path:
         elapsed = (history["train_time_s"] + history["eval_time_s"]).cumsum()
         ax.plot(elapsed, 100 * history["test_accuracy"], marker="o", markersize=3,
                 color=_color(study, run), label=run)  # fmt: skip
+    assert study.target_accuracy is not None  # drawn only for a study with a target
     target = 100 * study.target_accuracy
     ax.axhline(target, color="grey", linestyle=":", label=f"target {target:g}%")
     ax.set(xlabel="training + evaluation time (s)", ylabel="test accuracy (%)",
@@ -257,6 +259,7 @@ def _bounds(comparison: Comparison) -> tuple[float, float, float]:
     """(value, low, high), the interval collapsed onto the value where there is none."""
     if not comparison.has_interval:
         return comparison.value, comparison.value, comparison.value
+    assert comparison.low is not None and comparison.high is not None  # has_interval
     return comparison.value, comparison.low, comparison.high
 
 

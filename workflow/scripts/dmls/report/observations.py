@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -75,11 +76,14 @@ def versus_baseline(study: Study) -> list[str]:
         memory = study.memory
         if memory:
             column, what = memory
-            ratio = quantities.compare(study, run, base_name, column)
+            # (a memory column every finished run has)
+            ratio = cast(quantities.Comparison, quantities.compare(study, run, base_name, column))
             mib = f"{row[column] / MIB:.1f} vs {base[column] / MIB:.1f} MiB"
             said = ratio_text(ratio, *WORDS["memory"], quantities.noise_unit(column))
             parts.append(f"{what} {mib}, {said}")
-        differ = also_differ(*(quantities.ran(study.metrics[r]) for r in (run, base_name)), ())
+        differ = also_differ(
+            quantities.ran(study.metrics[run]), quantities.ran(study.metrics[base_name]), ()
+        )
         pair = f"{run} vs {base_name}" + (f" (they differ in {differ})" if differ else "")
         lines.append(f"{pair}: " + "; ".join(parts) + ".")
     return lines
@@ -93,10 +97,11 @@ def baseline_comparisons(
     base = study.baseline
     if study.runs.at[base, "status"] != OK:
         return {}
+    # (finished runs: each side has both values)
     return {
         run: (
-            quantities.compare(study, run, base, "samples_per_s"),
-            quantities.compare(study, run, base, "test_accuracy"),
+            cast(quantities.Comparison, quantities.compare(study, run, base, "samples_per_s")),
+            cast(quantities.Comparison, quantities.compare(study, run, base, "test_accuracy")),
         )
         for run in study.ok.index
         if run != base
@@ -186,8 +191,9 @@ def sweep(study: Study) -> list[str]:
     except NotMeasured:
         pass  # fewer than three settings finished
     first, last = ok.index[0], ok.index[-1]
-    speed = quantities.compare(study, last, first, "samples_per_s")
-    accuracy = quantities.compare(study, last, first, "test_accuracy")
+    # (finished runs: each side has both values)
+    speed = cast(quantities.Comparison, quantities.compare(study, last, first, "samples_per_s"))
+    accuracy = cast(quantities.Comparison, quantities.compare(study, last, first, "test_accuracy"))
     means = [quantities.mean(study, r, "samples_per_s") for r in (first, last)]
     lines.append(
         f"From {key} {_fmt(x[0])} to {_fmt(x[-1])}: samples/s over the steady epochs "
@@ -247,6 +253,8 @@ def memory_per_job(study: Study) -> list[str]:
         return []
     if not any(quantities.seed_count(study, run) > 1 for run in study.ok.index):
         return []
+    tuned: list[str]
+    other: list[str]
     tuned, other = [], []
     for run, row in study.ok.iterrows():
         excess = study.numbers[run].first_seed_excess(column)
@@ -297,8 +305,11 @@ def compared_with(study: Study, other: Study) -> list[str]:
         if theirs["status"] != OK:
             lines.append(f"{run}: no {other.key} numbers to compare ({theirs['status']}).")
             continue
-        speed = quantities.between(study, run, other, "samples_per_s")
-        accuracy = quantities.between(study, run, other, "test_accuracy")
+        # (finished on both sides: each has both values)
+        speed = cast(quantities.Comparison, quantities.between(study, run, other, "samples_per_s"))
+        accuracy = cast(
+            quantities.Comparison, quantities.between(study, run, other, "test_accuracy")
+        )
         ours, others = (quantities.mean(s, run, "samples_per_s") for s in (study, other))
         lines.append(
             f"{run}: samples/s over the steady epochs {ours:,.0f} here vs "
@@ -424,6 +435,7 @@ def time_to_accuracy(study: Study) -> list[str]:
 def _cold_seeds_to_target(study: Study) -> list[str]:
     """Which seeds the times to the target come from (record.timed_seeds), and how much longer
     each job's first seed took to get there: the process's one-time warm-up."""
+    assert study.target_accuracy is not None  # (from time_to_accuracy: a study with a target)
     extra, cold_only = [], []
     for run in study.ok.index:
         metrics = study.metrics[run]
@@ -475,7 +487,8 @@ def energy_use(study: Study) -> list[str]:
             f"{row['train_power_w']:.0f} W on average in training"
         )
         if run != base and base in measured.index:
-            ratio = quantities.compare(study, run, base, column)
+            # (measured runs: each has energy in `column`)
+            ratio = cast(quantities.Comparison, quantities.compare(study, run, base, column))
             text += f"; its energy over {base}'s {ratio_text(ratio, *WORDS['energy'])}"
             to_j = study.target_accuracy and quantities.energy_to_target(study, run, base)
             if to_j:
@@ -505,12 +518,13 @@ def _efficiency(speedup: quantities.Comparison, ideal: float) -> str:
     text = f"{100 * speedup.value / ideal:.0f}%"
     if not speedup.has_interval:
         return text
+    assert speedup.low is not None and speedup.high is not None  # has_interval
     way = speedup.against(ideal).finding
-    linear = {
+    words = {
         quantities.NO_EFFECT: " (linear within seed noise)",
         quantities.MORE: " (above linear)",
     }
-    linear = linear.get(way, "")
+    linear = words.get(way, "")
     return (
         f"{text} (95% interval {100 * speedup.low / ideal:.0f}–"
         f"{100 * speedup.high / ideal:.0f}%){linear}"

@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from dmls import record
 from dmls import summary as studies_record
@@ -31,9 +32,9 @@ STOPPED = (
 
 
 def summary(
-    paths: Iterable[Path],
+    paths: Iterable[str | Path],
     report: Path | None = None,
-    studies: Iterable[Path] = (),
+    studies: Iterable[str | Path] = (),
     started: float | None = None,
     stopped: bool = False,
 ) -> str:
@@ -87,7 +88,7 @@ def replaced(planned: dict[str, dict], results: Path) -> str:
     )
 
 
-def _runs(paths: Iterable[Path]) -> list[str]:
+def _runs(paths: Iterable[str | Path]) -> list[str]:
     by_study: dict[str, Counter] = {}
     reasons: dict[str, list[str]] = {}
     for path in paths:
@@ -116,9 +117,10 @@ def _runs(paths: Iterable[Path]) -> list[str]:
     return lines
 
 
-def _studies(paths: list[Path]) -> list[str]:
+def _studies(paths: list[str | Path]) -> list[str]:
     """Per special study: its status and how many parts ran; each reason of a part not ok once,
     with the parts it stopped."""
+    reasons: dict[tuple[str, str, str], list[dict[str, Any]]]
     lines, reasons = [], {}
     for path in map(Path, paths):
         name = path.parent.name

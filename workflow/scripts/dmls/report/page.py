@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import jinja2
 import matplotlib.pyplot as plt
@@ -160,7 +160,8 @@ def all_runs(frame: pd.DataFrame) -> dict[str, Any]:
 
 def _sort_key(value: Any) -> Any:
     """What the table sorts a shown number by: numbers as numbers."""
-    return float(value) if isinstance(value, numbers.Number) else value
+    # (a real number: numbers.Number itself declares no __float__)
+    return float(cast(float, value)) if isinstance(value, numbers.Number) else value
 
 
 def load_section(path: Path, figure_captions: dict[str, Any]) -> dict[str, Any]:
@@ -249,6 +250,7 @@ def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
             why = f"Not run: no results of {key} were found in this folder."
     study = entry.get("special") or entry.get("study")
     title = entry.get("title") or ((config.get("studies") or {}).get(key) or {}).get("title")
+    text: dict[str, Any]
     text = {"study": study, "title": title or study, "question": None,
             "background": [], "measured_elsewhere": [], "course_reference": None}  # fmt: skip
     return {
@@ -274,6 +276,7 @@ def _item(entry: dict[str, Any], section: dict[str, Any], kind: str) -> dict[str
     key = text["study"]
     course_data = entry.get("course_data")
     brief = None
+    provenance: str | dict[str, Any]  # a special study's line, a run study's facts
     if kind == "special" and (spec := section["spec"]) is not None:
         answer, brief = special_answers.special_answer(
             entry.get("answer"), spec.facts, section["summary"], section["folder"]

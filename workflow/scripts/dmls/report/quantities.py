@@ -16,9 +16,9 @@ seeds are compared seed by seed (stats.paired: identical in every seed reads so)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -77,6 +77,7 @@ def compare(
     interval that also covers how much jobs of identical settings differ (`Study.job_noise`,
     stats.across_jobs), and none where no such jobs ran. None where a side has no value."""
     theirs = other or study
+    how: Callable[..., Comparison | None]
     how = stats.difference if kind(metric) == "difference" else stats.ratio
     if metric in BETWEEN_JOBS and (theirs is not study or run != reference):
         device = device_kind(study.metrics[run])
@@ -191,13 +192,13 @@ def time_to_target(study: Study, run: str, reference: str) -> Comparison | None:
     """`run`'s seconds to the study's target accuracy over `reference`'s, a ratio of times
     (> 1: slower); None where either has a seed that never reached it."""
     times = study.seconds_to_target(run), study.seconds_to_target(reference)
-    return None if None in times else stats.ratio(*times)
+    return None if None in times else stats.ratio(*cast("tuple[list[float], list[float]]", times))
 
 
 def energy_to_target(study: Study, run: str, reference: str) -> Comparison | None:
     """`run`'s GPU energy to the target over `reference`'s (> 1: more energy)."""
     joules = study.joules_to_target(run), study.joules_to_target(reference)
-    return None if None in joules else stats.ratio(*joules)
+    return None if None in joules else stats.ratio(*cast("tuple[list[float], list[float]]", joules))
 
 
 def ratio_of_repeats(

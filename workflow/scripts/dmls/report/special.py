@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -67,8 +67,8 @@ def provenance(
         parts.append(data)
     parts += [f"{cfg[key]} {what}" for key, what in repeats if isinstance(cfg.get(key), int)]
     ran = [r for r in summary["rows"] if r["status"] == "ok"]
-    devices = sorted({r.get("device") or ("cpu" if r.get("mode") == "cpu" else None)
-                      for r in ran} - {None})  # fmt: skip
+    seen = {r.get("device") or ("cpu" if r.get("mode") == "cpu" else None) for r in ran}
+    devices = sorted(cast("set[str]", seen - {None}))
     named = {
         "cuda": f"{host['gpus'][0]} (GPU)" if host.get("gpus") else "the GPU",
         "cpu": f"the CPU ({host['cpu_model']})" if host.get("cpu_model") else "the CPU",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -184,7 +184,8 @@ class Study:
             return None
         samples = [self.seed_values(r, "samples_per_s") for r in (run, reference)]
         noise = self.job_noise.get(device_kind(self.metrics[run]))
-        return reference, stats.across_jobs(*samples, noise)
+        ratio = stats.across_jobs(samples[0], samples[1], noise)
+        return reference, cast(stats.Comparison, ratio)  # (finished runs: both have values)
 
     @property
     def sweep_key(self) -> str | None:
@@ -240,7 +241,7 @@ class Study:
 
         if not ran:
             return {}
-        data = [m.get("data") or {} for m in ran]
+        data: list[Any] = [m.get("data") or {} for m in ran]
         hosts = [m["host"] for m in ran]
         cards = [  # what trained: a CPU run on a GPU host names the CPU
             cells.gpu_card(h)
@@ -358,11 +359,13 @@ class Study:
     def seconds_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's time to the study's target accuracy (record.timed_seeds), None
         unless every seed reached it."""
+        assert self.target_accuracy is not None  # asked only of a study with a target
         return targets.timed_to_target(self.metrics[run], self.target_accuracy, 0)
 
     def joules_to_target(self, run: str) -> list[float] | None:
         """Each timed seed's GPU energy to the target accuracy, None unless every seed reached
         it with its energy measured."""
+        assert self.target_accuracy is not None  # asked only of a study with a target
         return targets.timed_to_target(self.metrics[run], self.target_accuracy, 2)
 
     @property

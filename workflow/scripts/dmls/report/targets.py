@@ -3,7 +3,7 @@ over the seeds that compare (record.timed_seeds: those of a warm process)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from dmls import record, stats
 
@@ -15,6 +15,7 @@ def time_to_target(
     the training and evaluation time of the epochs up to it (the job's launch and setup are not
     counted, as MLPerf's time-to-train starts with the run), and the GPUs' energy in them
     (None unmeasured). None when no epoch reaches it."""
+    joules: float | None
     seconds, joules = 0.0, 0.0
     for epoch in history:
         seconds += epoch["train_time_s"] + epoch["eval_time_s"]
@@ -48,6 +49,7 @@ def to_target(run: dict[str, Any], target: float) -> dict[str, Any]:
             values = [hits[k][i] for k in (range(len(hits)) if i == 1 else timed)]
             if None not in values:  # (energy: None in a seed where it was not measured)
                 estimate = stats.mean_interval(values)
+                assert estimate is not None  # an ok run's seeds all finished: values
                 row |= {column: estimate.mean, f"{column}_ci95": estimate.half_width}
     return row
 
@@ -58,8 +60,9 @@ def timed_to_target(run: dict[str, Any], target: float, part: int) -> list[float
     reached = seeds_to_target(run, target)
     if None in reached:
         return None
-    values = [reached[k][part] for k in record.timed_seeds(run)]
-    return None if None in values else values
+    hits = cast("list[tuple[float, int, float | None]]", reached)  # None ruled out
+    values = [hits[k][part] for k in record.timed_seeds(run)]
+    return None if None in values else cast("list[float]", values)
 
 
 def cold_excess_to_target(run: dict[str, Any], target: float) -> float | None:
@@ -70,8 +73,9 @@ def cold_excess_to_target(run: dict[str, Any], target: float) -> float | None:
     if None in reached or not warm:
         return None
     cold = [k for k in range(len(reached)) if k not in warm]
-    cold_s = [reached[k][0] for k in cold]
-    warm_s = [reached[k][0] for k in warm]
+    hits = cast("list[tuple[float, int, float | None]]", reached)  # None ruled out
+    cold_s = [hits[k][0] for k in cold]
+    warm_s = [hits[k][0] for k in warm]
     return sum(cold_s) / len(cold_s) - sum(warm_s) / len(warm_s)
 
 

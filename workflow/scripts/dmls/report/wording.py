@@ -61,6 +61,7 @@ def _digits(comparison: Comparison, scale: float, digits: int, most: int) -> int
     only where it is ("−1.0 to 0.0, within seed noise" reads "−0.98 to +0.01")."""
     if not comparison.has_interval:
         return digits
+    assert comparison.low is not None and comparison.high is not None  # has_interval
     way = comparison.finding
     null = comparison.null * scale
     while digits < most:
@@ -94,6 +95,7 @@ def points_strings(difference: Comparison) -> tuple[str, str | None]:
     value = f"{signed(100 * difference.value, digits)} points"
     if not difference.has_interval:
         return value, None
+    assert difference.low is not None and difference.high is not None  # has_interval
     return (
         value,
         f"{signed(100 * difference.low, digits)} to {signed(100 * difference.high, digits)}",

@@ -11,7 +11,7 @@ from typing import Any
 
 from dmls.report.cells import data_name
 from dmls.report.comparisons import NotMeasured
-from dmls.report.phrases import join
+from dmls.report.phrases import Phrase, join
 from dmls.report.special_answers import (
     finished_rows,
     not_measured,
@@ -45,6 +45,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         raise NotMeasured("the summary does not give the course CNN's gradient size")
     n = min(r["processes"] for r in ok)
     key = ("backend", "device", "placement")
+    clauses: list[str | Phrase]
     clauses, reduce = [], {}
     for setup in dict.fromkeys(tuple(r[k] for k in key) for r in rows):
         mine = [r for r in rows if tuple(r[k] for k in key) == setup and r["processes"] == n]

@@ -245,11 +245,13 @@ def run(
     cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, threads: int, **_: Any
 ) -> dict[str, Any]:
     torch.set_num_threads(threads)
+    unavailable: str | None
     try:
         dataset = datasets.load(data_dir, cfg["dataset"])
     except datasets.DataUnavailable as e:
         dataset, tensors, unavailable = None, None, f"dataset {cfg['dataset']} unavailable: {e}"
     else:
+        assert dataset is not None  # `load` returned it
         tensors, unavailable = _tensors(dataset, cfg), None
     rows: list[dict[str, Any]] = []
     repeat_rows: list[dict[str, Any]] = []
@@ -295,6 +297,7 @@ def run(
     save_figure(_figure(rows, cfg["depths"], cfg["modes"]), out_dir / "times.png")
     data = None
     if dataset is not None:
+        assert tensors is not None  # loaded with the dataset
         data = {k: dataset.manifest[k] for k in ("name", "synthetic", "source", "input_shape")}
         data |= {"n_train": len(tensors[0]), "n_test": len(tensors[2])}
     return {
@@ -312,6 +315,7 @@ def _builder(depth: int, dataset: datasets.Dataset | None, cfg: dict[str, Any]):
 
     def build(seed: int) -> nn.Module:
         torch.manual_seed(seed)
+        assert dataset is not None  # built only for runnable modes: the dataset loaded
         shape, classes = dataset.manifest["input_shape"], dataset.manifest["num_classes"]
         return build_cnn(depth, cfg, shape, classes)
 

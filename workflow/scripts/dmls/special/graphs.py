@@ -27,9 +27,8 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch._dynamo  # here, not inside a timed first call: its import takes seconds
@@ -84,7 +83,7 @@ def _ops(graph: torch.fx.Graph) -> int:
     return sum(node.op == "call_function" for node in graph.nodes)
 
 
-def prepare(mode: str, model: nn.Module, x: torch.Tensor) -> tuple[Callable, dict[str, Any]]:
+def prepare(mode: str, model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, dict[str, Any]]:
     """What runs the forward in `mode`, and what was captured (the capture itself is timed
     with the first call)."""
     if mode == "eager":
@@ -94,7 +93,8 @@ def prepare(mode: str, model: nn.Module, x: torch.Tensor) -> tuple[Callable, dic
         torch._dynamo.reset()  # nothing compiled before counts
         explained = torch._dynamo.explain(model)(x)
         torch._dynamo.reset()
-        return torch.compile(model), {
+        # A module compiles to a module (OptimizedModule); the stub says a callable.
+        return cast(nn.Module, torch.compile(model)), {
             "graphs": explained.graph_count,
             "graph_breaks": explained.graph_break_count,
             "ops": explained.op_count,
@@ -157,9 +157,9 @@ def measure_device(modes: list[str], device: torch.device, cfg: dict[str, Any]) 
     taking turns (`stats.turns`); a row per mode with each repeat's median, start (seconds
     from the first repeat's) and place in its repeat's order."""
     built = {mode: Mode(mode, device, cfg) for mode in modes}
-    for mode in built.values():
+    for each in built.values():
         for _ in range(cfg["warmup_steps"]):
-            mode.step()
+            each.step()
     timed: dict[str, list[tuple[float, float, int]]] = {mode: [] for mode in modes}
     start = time.perf_counter()
     for order in turns(modes, cfg["repeats"], cfg["seed"]):
@@ -169,6 +169,7 @@ def measure_device(modes: list[str], device: torch.device, cfg: dict[str, Any]) 
     rows = []
     for mode, repeats in timed.items():
         steady = mean_interval([ms for ms, _, _ in repeats])
+        assert steady is not None  # repeats ≥ 1 (the schema), each a finite median
         rows.append({
             "status": "ok", "reason": None, "mode": mode,
             "first_call_s": built[mode].first_call_s,

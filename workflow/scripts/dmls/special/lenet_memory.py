@@ -149,7 +149,9 @@ def layer_blocks(model: LeNet5) -> list[nn.Sequential]:
 
 def activation_table(model: LeNet5) -> list[dict[str, Any]]:
     """Every tensor the forward produces (per sample) and whether each policy keeps it."""
-    rows = [{"tensor": "input", "kind": "input", "block": 1, "shape": INPUT_SHAPE}]
+    rows: list[dict[str, Any]] = [
+        {"tensor": "input", "kind": "input", "block": 1, "shape": INPUT_SHAPE}
+    ]
     x = torch.zeros(1, *INPUT_SHAPE)
     with torch.no_grad():
         for b, block in enumerate(layer_blocks(model), start=1):
@@ -191,7 +193,7 @@ def estimate(
     """The closed-form training memory of one combination, by component, in bytes."""
     width = PRECISION_BYTES[precision]
     kept, working = activation_elements(table, recompute)
-    row = {
+    row: dict[str, Any] = {
         "optimizer": optimizer,
         "precision": precision,
         "recompute": recompute,
@@ -250,6 +252,8 @@ class CpuMeter:
 class CudaMeter:
     """GPU memory from the caching allocator's counters, relative to when the window opens."""
 
+    marks: dict[str, int]
+
     def __init__(self, device: torch.device) -> None:
         self.device, self.marks = device, {}
 
@@ -306,6 +310,7 @@ def measure(
         torch.manual_seed(cfg["seed"])
         model = LeNet5(INPUT_SHAPE, NUM_CLASSES, cfg["activation"]).to(device)
         forward = recomputing_forward(model, recompute)
+        opt: torch.optim.Optimizer
         if optimizer == "adamw":
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         else:

@@ -238,6 +238,7 @@ def _aggregate(repeat_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for name in VALUES:
             estimate = stats.mean_interval([r[name] for r in rows])
+            assert estimate is not None  # a group has a repeat, its sums finite
             row[f"{name}_mean"] = estimate.mean
             row[f"{name}_ci95"] = estimate.half_width
         table.append(row)

@@ -26,7 +26,7 @@ import struct
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,12 +126,12 @@ def _codecs(value: Any) -> list[tuple[str, str, Callable, Callable, Callable | N
     ]
 
 
-def representation(values: list[Any]) -> list[dict[str, Any]]:
+def representation(values: Sequence[Any]) -> list[dict[str, Any]]:
     """Each value through each format: bytes, round trip, and what fails."""
     rows = []
     for value in values:
         for fmt, code, write, read, misread in _codecs(value):
-            row = {
+            row: dict[str, Any] = {
                 "value": _label(value),
                 "type": type(value).__name__,
                 "format": fmt,
@@ -174,14 +174,14 @@ def references(payload_floats: int = 1000) -> list[dict[str, Any]]:
         "shared": ({"first": shared, "second": shared}, lambda o: o["first"] is o["second"]),
         "cycle": (_cycle(), lambda o: o[0] is o),
     }
-    codecs = {
+    codecs: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
         "pickle": (lambda o: pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL), pickle.loads),
         "JSON": (lambda o: json.dumps(o).encode(), json.loads),
     }
     rows = []
     for case, (obj, identical) in cases.items():
         for fmt, (write, read) in codecs.items():
-            row = {"case": case, "format": fmt, "agree": AGREE[fmt]}
+            row: dict[str, Any] = {"case": case, "format": fmt, "agree": AGREE[fmt]}
             try:
                 data = write(obj)
             except (ValueError, RecursionError) as e:
@@ -315,7 +315,7 @@ def trust(out_dir: Path) -> list[dict[str, Any]]:
     saved = _torch_bytes(state)
     back = torch.load(io.BytesIO(saved), weights_only=True)
     exact = back.keys() == state.keys() and all(torch.equal(back[k], state[k]) for k in state)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "case": "state_dict of the course CNN",
             "format": "torch.save",
@@ -334,7 +334,7 @@ def trust(out_dir: Path) -> list[dict[str, Any]]:
         if marker.exists():
             marker.rmdir()
         data = dump(RunsOnLoad(marker))
-        row = {
+        row: dict[str, Any] = {
             "case": "a pickle that calls os.mkdir when loaded",
             "format": fmt,
             "loader": loader,
@@ -373,7 +373,7 @@ def _unsupported(exc: BaseException) -> str:
 
 def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
     parts: dict[str, list[dict[str, Any]]] = {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, make, columns in (
         ("representation", lambda: representation(VALUES), REPRESENTATION_COLUMNS),
         ("references", references, REFERENCE_COLUMNS),

@@ -68,6 +68,7 @@ import socket
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -197,7 +198,7 @@ def _train_rank(run: RunSpec, data_dir: Path, out: Path) -> None:
     params = list(trainer.model.parameters())
     # Warm-up (Adam's state, communicators, the allocator's pools), its first step measured.
     first_step, steps = _warm_up(trainer, params)
-    record = {
+    record: dict[str, Any] = {
         "rank": process.rank,
         "parameters": sum(p.numel() for p in params),  # a DTensor's numel is the whole one
         "params_bytes": local_bytes(params),
@@ -227,7 +228,7 @@ def _train_rank(run: RunSpec, data_dir: Path, out: Path) -> None:
         out.write_text(json.dumps(records))
 
 
-def _warm_up(trainer: Trainer, params: list[torch.Tensor]) -> tuple[dict[str, int], int]:
+def _warm_up(trainer: Trainer, params: Sequence[torch.Tensor]) -> tuple[dict[str, int], int]:
     """Train the warm-up epoch; return what its first step held (the bytes of this rank's
     gradients when the optimizer steps, of the layer outputs of its forward) and the epoch's
     optimizer steps."""
@@ -363,6 +364,7 @@ def _row(spec: RunSpec, strategy: str, records: list[dict], shapes: list[tuple[i
     predicted = predicted_peak(strategy, expected, p, layers, n, worst["activations_bytes"])
     peak = max((r["peak_allocated_bytes"] or 0) for r in records) or None
     step = stats.mean_interval([1000 * s for s in records[0]["step_s"]])
+    assert step is not None  # repeats ≥ 1 timed epochs (the schema; epochs = 1 + repeats)
     return {
         "device": device, "processes": n, "strategy": strategy, "stage": STAGES[strategy],
         "status": "ok", "reason": None, "parameters": p,

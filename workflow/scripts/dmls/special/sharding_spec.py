@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dmls.report.phrases import join
+from dmls.report.phrases import Phrase, join
 from dmls.report.special_answers import elsewhere, finished_rows, not_measured, skip_reason, speed
 from dmls.report.study import OK
 from dmls.report.wording import (
@@ -41,7 +41,9 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     device = "cuda" if any(r["device"] == "cuda" for r in ok) else ok[0]["device"]
     n = max(r["processes"] for r in ok if r["device"] == device)
     mine = {r["strategy"]: r for r in rows if (r["device"], r["processes"]) == (device, n)}
+    order: list[str]
     order = [s for s in SHARDING_ORDER if s in mine] + [s for s in mine if s not in SHARDING]
+    ran: list[str | Phrase]
     ran, memory = [], []
     for strategy in order:
         r = mine[strategy]

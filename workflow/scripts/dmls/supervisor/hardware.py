@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def missing_requirement(spec: RunSpec, host: Host, *, nodes_here: int) -> str | 
     return None
 
 
-def plan(runs: dict[str, RunSpec], host: Host) -> str:
+def plan(runs: Mapping[str, RunSpec], host: Host) -> str:
     """What this host can train and must skip of `runs` (run id -> spec), said when the DAG
     starts: the host, how many runs it can train, and each reason it can't with its runs'
     count; every node of a run is emulated here (`missing_requirement` with all its nodes).

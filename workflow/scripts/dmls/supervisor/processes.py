@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from dmls.protocol import die_with_parent, error_reports
 from dmls.supervisor.launch import Command
@@ -116,7 +116,8 @@ def start_and_wait(
         time.sleep(POLL_S)
     if first_failure is None and not timed_out:
         first_failure = next((c for c in codes if c != 0), None)
-    return Outcome([int(c) for c in codes], time.perf_counter() - start, first_failure, timed_out)
+    done = cast("list[int]", codes)  # the loop ends once no code is None
+    return Outcome([int(c) for c in done], time.perf_counter() - start, first_failure, timed_out)
 
 
 def _in_child(then: Callable[[], None] | None) -> None:

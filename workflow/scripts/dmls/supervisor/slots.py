@@ -87,7 +87,7 @@ class Reservation:
 
 def _try_take(stack: ExitStack, folder: Path, kind: str, names: Sequence, count: int) -> list:
     """Lock the first `count` free slots of `names` (locks held by `stack`); fewer if not free."""
-    taken = []
+    taken: list = []
     for name in names:
         if len(taken) == count:
             break

@@ -19,7 +19,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from filelock import FileLock, Timeout
 
@@ -93,6 +93,7 @@ def _run(
         host={"hostname": host.hostname, "gpus": list(host.cuda_devices), **software},
     )  # fmt: skip
     metrics = run_dir / "metrics.json"
+    reason: str | None
     try:
         slurm = SlurmJob.current()
     except SlurmError as e:
@@ -123,8 +124,9 @@ def _run(
             built.reserved(reservation.to_dict())
         commands = _commands(
             spec, run_dir, data_dir, checkpoint_path, device=built.record["derived"]["device"],
-            port=slurm.rendezvous_port if srun else launch.free_port(), threads=threads,
-            srun=srun, runtime=runtime,
+            # srun is true only with a Slurm job
+            port=cast(SlurmJob, slurm).rendezvous_port if srun else launch.free_port(),
+            threads=threads, srun=srun, runtime=runtime,
         )  # fmt: skip
         built.launched(
             commands, threads=threads, isolation=isolation,

@@ -49,7 +49,7 @@ import random
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -83,7 +83,9 @@ def identity(spec: RunSpec, manifest: dict[str, Any]) -> dict[str, str]:
 
 def rng_state(device: torch.device) -> dict[str, Any]:
     """This process's random number generators."""
-    _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    # The legacy tuple (get_state's default); the stub allows the dict form too.
+    state = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
+    _, keys, pos, has_gauss, cached_gaussian = state
     return {
         "python": random.getstate(),
         "numpy": [keys.tolist(), pos, has_gauss, cached_gaussian],

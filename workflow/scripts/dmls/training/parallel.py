@@ -31,7 +31,7 @@ import copy
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 import torch.distributed as dist
@@ -41,6 +41,9 @@ from dmls.config.spec import RunSpec
 from dmls.training.models import shard_units
 from dmls.training.optimizers import make_optimizer, optimizer_recipe
 from dmls.training.threaded_dp import ThreadedDataParallel
+
+if TYPE_CHECKING:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 # fp8 as torchao's float8 training runs: the eligible Linear layers' GEMMs in fp8
@@ -146,6 +149,7 @@ class SingleDevice:
 
     def gpu_indices(self) -> list[int]:
         """The GPUs this process trains on."""
+        assert self.process is not None  # joined (`join`) before any other call
         device = self.process.device
         return [device.index] if device.type == "cuda" else []
 
@@ -155,6 +159,7 @@ class SingleDevice:
 
     def close(self) -> None:
         """Leave the process group (after the step has freed what it held of it)."""
+        assert self.process is not None  # joined
         self.process.close()
 
     # -- data
@@ -193,6 +198,7 @@ class SingleDevice:
     ) -> tuple[nn.Module, torch.optim.Optimizer, Any]:
         """The model as it trains (wrapped), and the optimizer and scheduler that step it."""
         fp16 = self.spec.precision == "fp16"
+        assert self.process is not None  # joined
         self.scaler = torch.amp.GradScaler(self.process.device.type, enabled=fp16)
         self.module = self._wrap(model)
         self.wrapped = _wrapper_name(model, self.module)
@@ -214,9 +220,11 @@ class SingleDevice:
         return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
+        assert self.scaler is not None  # set by `prepare`
         self.scaler.scale(loss).backward()
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        assert self.scaler is not None  # set by `prepare`
         self.scaler.step(optimizer)  # a plain step when the scaler is disabled
         self.scaler.update()
 
@@ -227,6 +235,7 @@ class SingleDevice:
     # -- checkpoints: every rank calls these; rank 0 gets the state, the others an empty dict
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model's weights, on the CPU."""
+        assert self.process is not None  # joined
         if not self.process.is_main:
             return {}
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -236,6 +245,7 @@ class SingleDevice:
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's whole state, as a checkpoint keeps it."""
+        assert self.process is not None  # joined
         return optimizer.state_dict() if self.process.is_main else {}
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
@@ -255,6 +265,7 @@ class DataParallel(SingleDevice):
     cudnn_autotune = False
 
     def gpu_indices(self) -> list[int]:
+        assert self.process is not None  # joined
         cuda = self.process.device.type == "cuda"
         return list(range(self.spec.nproc_per_node)) if cuda else []
 
@@ -323,12 +334,14 @@ class DistributedDataParallel(Distributed):
     graph_warmup_steps = 11
 
     def _wrap(self, model: nn.Module) -> nn.Module:
+        assert self.process is not None  # joined
         device = self.process.device
         ids = [device.index] if device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
     def no_sync(self, skip: bool) -> contextlib.AbstractContextManager:
-        return self.module.no_sync() if skip else contextlib.nullcontext()
+        ddp = cast(nn.parallel.DistributedDataParallel, self.module)  # `_wrap`'s, by `prepare`
+        return ddp.no_sync() if skip else contextlib.nullcontext()
 
 
 class ShardedOptimizer(DistributedDataParallel):
@@ -344,7 +357,9 @@ class ShardedOptimizer(DistributedDataParallel):
         return ZeroRedundancyOptimizer(list(params), optimizer_class=cls, **kwargs)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        optimizer.consolidate_state_dict(to=0)  # a collective: the shards' states onto rank 0
+        zero = cast("ZeroRedundancyOptimizer", optimizer)  # `make_optimizer`'s
+        zero.consolidate_state_dict(to=0)  # a collective: the shards' states onto rank 0
+        assert self.process is not None  # joined
         return optimizer.state_dict() if self.process.is_main else {}
 
     def capture_blockers(self) -> list[str]:
@@ -370,6 +385,7 @@ class FullyShardedDataParallel(Distributed):
 
         # The mesh of this run's device (FSDP2's default takes CUDA whenever the host has it).
         process = self.process
+        assert process is not None  # joined
         mesh = init_device_mesh(process.device.type, (process.world_size,))
         reshard = self.spec.sharding == "full"
         for unit in shard_units(model):
@@ -395,7 +411,7 @@ class FullyShardedDataParallel(Distributed):
         return self._unsynced() if skip else contextlib.nullcontext()
 
     @staticmethod
-    def _options(**kw: bool) -> Any:
+    def _options(**kw: Any) -> Any:
         from torch.distributed.checkpoint.state_dict import StateDictOptions
 
         return StateDictOptions(full_state_dict=True, **kw)
@@ -404,16 +420,19 @@ class FullyShardedDataParallel(Distributed):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         # The shards all-gathered onto rank 0's CPU (the others get an empty dict).
-        return get_model_state_dict(model, options=self._options(cpu_offload=True))
+        state = get_model_state_dict(model, options=self._options(cpu_offload=True))
+        return cast("dict[str, torch.Tensor]", state)  # a full state dict: tensors
 
     def load_model_state(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
-        set_model_state_dict(model, state, options=self._options())  # each rank keeps its shard
+        whole = cast("dict[str, Any]", state)  # the stub's dict of tensors and more
+        set_model_state_dict(model, whole, options=self._options())  # each rank keeps its shard
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
+        assert self.module is not None  # set by `prepare`
         return get_optimizer_state_dict(
             self.module, optimizer, options=self._options(cpu_offload=True)
         )
@@ -421,6 +440,7 @@ class FullyShardedDataParallel(Distributed):
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
+        assert self.module is not None  # set by `prepare`
         set_optimizer_state_dict(self.module, optimizer, state, options=self._options())
 
     def capture_blockers(self) -> list[str]:

@@ -10,7 +10,7 @@ import resource
 import socket
 import statistics
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -122,13 +122,19 @@ class StepMemory:
 
     def _fold(self) -> None:
         now = gpu_peaks(self.gpus)
-        self.folded = {i: tuple(map(max, now[i], self.folded[i])) for i in self.gpus}
+        self.folded = {
+            i: cast("tuple[int, int]", tuple(map(max, now[i], self.folded[i])))  # two maxima
+            for i in self.gpus
+        }
         reset_gpu_peaks(self.gpus)
 
     def seed_peaks(self) -> dict[int, tuple[int, int]]:
         """Each GPU's peak (allocated, reserved) over the whole seed."""
         now = gpu_peaks(self.gpus)
-        return {i: tuple(map(max, now[i], self.folded[i])) for i in self.gpus}
+        return {
+            i: cast("tuple[int, int]", tuple(map(max, now[i], self.folded[i])))  # two maxima
+            for i in self.gpus
+        }
 
     def record(self) -> dict[int, tuple[int, int, int]]:
         """Per GPU: (bytes allocated as the first step began, the steady steps' allocated peak

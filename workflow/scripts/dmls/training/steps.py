@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -128,7 +128,8 @@ class CompiledStep(EagerStep):
             # all-reduces still start during the backward: tests/test_engine_cuda.py checks
             # that such a run learns what eager DDP learns.)
             torch._dynamo.reset()
-            self.module = torch.compile(self.wrapped, dynamic=False)
+            # A module compiles to a module (OptimizedModule); the stub says a callable.
+            self.module = cast(nn.Module, torch.compile(self.wrapped, dynamic=False))
 
 
 class CapturedStep:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -32,7 +32,10 @@ class ThreadedDataParallel(nn.DataParallel):
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         return self.replicas.sum_gradients_in_backward(super().forward(*inputs, **kwargs))
 
-    def replicate(self, module: nn.Module, device_ids: list[int]) -> list[nn.Module]:
+    # DataParallel passes its own device_ids here, ints; the stub allows torch.device too.
+    def replicate(  # type: ignore[override]  # narrower than the stub: ints only
+        self, module: nn.Module, device_ids: list[int]
+    ) -> list[nn.Module]:
         return self.replicas(module, [torch.device("cuda", d) for d in device_ids])
 
     def parallel_apply(self, replicas, inputs, kwargs):
@@ -254,7 +257,8 @@ class _FlatViews:
             if present:
                 self.flats[0].copy_(flat, non_blocking=True)
                 torch._foreach_add_(
-                    [targets[k] for k in present], [self.views[0][k] for k in present]
+                    cast("list[torch.Tensor]", [targets[k] for k in present]),  # not None
+                    [self.views[0][k] for k in present],
                 )
             flat.zero_()
 
@@ -294,7 +298,7 @@ def _copy_onto(
             replica = made_modules[id(module)] = module.__new__(type(module))
             replica.__dict__ = module.__dict__.copy()
             replica._parameters = {
-                name: None if p is None else tensor(p, True)
+                name: None if p is None else cast(nn.Parameter, tensor(p, True))
                 for name, p in module._parameters.items()
             }
             replica._buffers = {

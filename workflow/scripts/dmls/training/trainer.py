@@ -57,6 +57,8 @@ class Progress:
 class Trainer:
     """The epoch loop of one rank, built once from the spec."""
 
+    model: nn.Module  # built by `_build_model`
+
     def __init__(
         self,
         spec: RunSpec,
@@ -153,7 +155,9 @@ class Trainer:
         torch.manual_seed(self.spec.seed)  # identical initial weights on every rank
         manifest = self.data.manifest
         self.model = build_model(self.spec.model, manifest["input_shape"], manifest["num_classes"])
-        self.model.to(self.process.device, memory_format=self.memory_format)
+        self.model.to(  # type: ignore[call-overload]  # takes both; the stub's overloads don't
+            self.process.device, memory_format=self.memory_format
+        )
         self.fp8_linear_layers = (
             convert_to_float8(self.model) if self.strategy.converts_to_float8 else 0
         )

@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -222,7 +222,9 @@ class FusedConvReLU(nn.Conv2d):
         stride: int | Sequence[int] = 1,
         padding: int | Sequence[int] = 0,
     ) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
+        # Conv2d takes any int sequence (its _pair); its stub says tuple[int, int].
+        size, step, pad = cast("tuple[Any, Any, Any]", (kernel_size, stride, padding))
+        super().__init__(in_channels, out_channels, size, stride=step, padding=pad)
 
     @classmethod
     def from_conv(cls, conv: nn.Conv2d) -> FusedConvReLU:
@@ -240,14 +242,15 @@ class FusedConvReLU(nn.Conv2d):
         ]
         if problems:
             raise UnsupportedConv(f"can't fuse {conv}: unsupported {', '.join(problems)}")
-        fused = cls(
-            conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding
-        )
+        padding = cast("tuple[int, ...]", conv.padding)  # a str padding raised above
+        fused = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, padding)
         fused.to(conv.weight.device, conv.weight.dtype).load_state_dict(conv.state_dict())
         return fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return fused_conv_relu(x, self.weight, self.bias, self.stride, self.padding)
+        # Built with a bias and int padding (__init__), never None or a str.
+        bias, padding = cast(torch.Tensor, self.bias), cast("tuple[int, ...]", self.padding)
+        return fused_conv_relu(x, self.weight, bias, self.stride, padding)
 
 
 def fuse_conv_relu(model: nn.Module) -> int:
