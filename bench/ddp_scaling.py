@@ -171,7 +171,7 @@ def worker(rank: int, world: int, port: int, args: dict[str, Any]) -> None:
     strategy.close()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # as workflow/scripts/train.py: no interpreter shutdown under a process group
+    os._exit(0)  # as workflow/scripts/rank.py: no interpreter shutdown under a process group
 
 
 def run_variant(name: str, base: dict, data_dir: Path, out: Path) -> dict[str, Any]:

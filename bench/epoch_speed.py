@@ -125,7 +125,7 @@ def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str,
     result = trainer.train(spec, Path(data_dir), run_dir, run_dir / "checkpoint.pt")
     if result is not None:
         (run_dir / "result.json").write_text(json.dumps(result))
-    # As workflow/scripts/train.py does: skip interpreter shutdown, where leftover
+    # As workflow/scripts/rank.py does: skip interpreter shutdown, where leftover
     # process-group threads hung these NCCL ranks (2× H100, torch 2.11) or aborted gloo ones.
     sys.stdout.flush()
     sys.stderr.flush()

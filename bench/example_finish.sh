@@ -57,7 +57,7 @@ python3 -m snakemake "$work/example/report/report.html" --cores 2 "${only[@]}" \
   --configfile "$dag_config" "$config" --config results_dir="$work/example" 2>&1 |
   tail -n 5
 if [ -d "$work/example-host" ]; then
-  python3 workflow/scripts/compare_results.py "$work/example" "$work/example-host" \
+  python3 workflow/scripts/compare_folders.py "$work/example" "$work/example-host" \
     -o "$work/example/report/compare.html"
 fi
 REPORT="$work/example/report/report.html" python3 - <<'PY'

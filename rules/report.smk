@@ -90,7 +90,7 @@ rule render_report:
 
 rule compare:
     """Two or more results folders side by side (config `compare`: their paths, the reference
-    first): one self-contained HTML page (dmls/report/compare.py)."""
+    first): one self-contained HTML page (dmls/report/folders.py)."""
     input:
         metrics=compare_metrics,
         template="report/compare.html.j2",
@@ -105,4 +105,4 @@ rule compare:
     params:
         folders=config["compare"],
     script:
-        "../workflow/scripts/compare_results.py"
+        "../workflow/scripts/compare_folders.py"

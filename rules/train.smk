@@ -35,4 +35,4 @@ rule train:
         # The resolved spec is a param, so changing a run's config re-runs that run only.
         spec=spec_json,
     script:
-        "../workflow/scripts/run_experiment.py"
+        "../workflow/scripts/train.py"

@@ -1,5 +1,5 @@
 """How long the DAG takes here, said when it starts (issue #41): costs calibrated from a
-results folder (bench/calibrate_costs.py), scaled to a run's settings and packed onto the host
+results folder (tools/calibrate_costs.py), scaled to a run's settings and packed onto the host
 as Snakemake starts jobs (dmls/supervisor/estimate.py)."""
 
 import importlib.util
@@ -30,7 +30,7 @@ GPU_HOST = Host("gpu", 16, ("H200",), ((9, 0),), True)
 
 
 def calibrate_module():
-    spec = importlib.util.spec_from_file_location("calibrate", ROOT / "bench/calibrate_costs.py")
+    spec = importlib.util.spec_from_file_location("calibrate", ROOT / "tools/calibrate_costs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

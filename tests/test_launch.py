@@ -168,7 +168,7 @@ def test_hostile_paths_and_names_reach_the_worker_intact_and_no_shell_runs(
 
 def test_a_worker_stopped_from_outside_writes_where_it_was(tmp_path, tabular_dir):
     """A hung run's log must say where it hung: SIGTERM (what a launcher sends its ranks when it
-    is stopped) makes train.py print every thread's stack before it dies."""
+    is stopped) makes rank.py print every thread's stack before it dies."""
     import os
     import signal
     import subprocess

@@ -36,7 +36,7 @@ FLOORS = (
     ("config", "protocol", "comm"),
     ("data", "record", "summary", "study_spec"),
     ("training", "report"),
-    ("supervisor",),
+    ("supervisor", "dag_outcome"),
     ("special",),
     ("hooks",),  # what the Snakefile's hooks do (rules/common.smk calls it)
 )

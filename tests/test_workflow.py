@@ -729,7 +729,7 @@ def test_the_test_configs_results_compare_with_a_changed_copy_of_them(dag, tmp_p
     size and that lacks single_gpu_dataloader."""
     import json
 
-    from dmls.report import compare
+    from dmls.report import folders
 
     copy = tmp_path / "changed"
     shutil.copytree(dag / "runs", copy / "runs")
@@ -738,7 +738,7 @@ def test_the_test_configs_results_compare_with_a_changed_copy_of_them(dag, tmp_p
     metrics = json.loads(changed.read_text())
     metrics["spec"]["batch_size"] = 64
     changed.write_text(json.dumps(metrics))
-    result = compare.write([dag, copy], tmp_path / "c.html", names=["dag", "changed"])
+    result = folders.write([dag, copy], tmp_path / "c.html", names=["dag", "changed"])
     parallelism = next(s for s in result["sections"] if s["key"] == "parallelism")
     assert parallelism["only"] == [
         f"1 of {EXPECTED_RUNS['parallelism']} runs not in changed: single_gpu_dataloader"

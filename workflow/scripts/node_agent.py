@@ -6,7 +6,7 @@ rendezvous (the step's first) are known only inside each task, so this node's to
 accelerate command is built here, then replaces this process. Here, and only here, the
 rendezvous host of a Slurm step is chosen.
 
-python node_agent.py --device cpu --port 21234 --threads-per-process 2 -- <train.py arguments>
+python node_agent.py --device cpu --port 21234 --threads-per-process 2 -- <rank.py arguments>
 python node_agent.py --port 21234 --threads-per-process 1 --group NAME --nnodes 2 \
                      --nproc-per-node 1 -- <module> <its arguments>
 """
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--nnodes", type=int, help="the group's nodes")
     parser.add_argument("--nproc-per-node", type=int, help="the group's ranks per node")
     parser.add_argument(
-        "worker_args", nargs=argparse.REMAINDER, help="-- then train.py's, or a module and its"
+        "worker_args", nargs=argparse.REMAINDER, help="-- then rank.py's, or a module and its"
     )
     args = parser.parse_args()
     worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args

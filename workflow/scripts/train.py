@@ -1,17 +1,9 @@
-"""Entry point of one training process, started by a launcher (supervisor/launch.py builds the
-command): dmls/training/worker.py says what it takes and writes. Its output is the run's log,
-which the supervisor streams into the `train` rule's log file."""
+"""Entry point of the `train` rule (Snakemake `script:`): supervise one run.
 
-import sys
-import time
+Snakemake puts this folder on sys.path and defines `snakemake` before running the file. The
+supervisor opens the rule's log itself, once it holds the run's lock.
+"""
 
-IMPORTS_START = time.perf_counter()  # before torch and the trainer are imported
+from dmls.supervisor.supervise import main_from_snakemake
 
-# The garbage collector's policy (`--gc`) applies before the imports it is about.
-from dmls.training.collector import GarbageCollection  # noqa: E402 (stdlib only)
-
-GarbageCollection.from_argv(sys.argv[1:]).before_imports()
-
-from dmls.training import worker  # noqa: E402 (after the collector's policy)
-
-worker.main(IMPORTS_START)
+main_from_snakemake(snakemake)  # noqa: F821

@@ -133,10 +133,10 @@ def advise_cores(workflow: Any, runs: Mapping[str, Any], isolation: str, on_clus
 def say_what_will_be_replaced(runs: Mapping[str, Any], results: str) -> None:
     """Finished runs whose settings changed since (`--config seeds=1` on a finished folder)
     are trained again and replaced: say so before any job starts."""
-    from dmls.report import outcome
+    from dmls import dag_outcome
 
     planned = {run_id: spec.to_dict() for run_id, spec in runs.items()}
-    if note := outcome.replaced(planned, Path(results)):
+    if note := dag_outcome.replaced(planned, Path(results)):
         say(note)
 
 
@@ -216,7 +216,7 @@ def say_how_it_ended(
 ) -> None:
     """How the runs and special studies ended: Snakemake's "100% done" counts jobs, and a
     skipped run's succeeds; where the DAG stopped, what it kept and how to go on."""
-    from dmls.report import outcome
+    from dmls import dag_outcome
 
     page = Path(results) / "report" / "report.html"
-    say(outcome.summary(run_metrics, page, study_outputs, started=started, stopped=stopped))
+    say(dag_outcome.summary(run_metrics, page, study_outputs, started=started, stopped=stopped))

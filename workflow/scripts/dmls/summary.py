@@ -6,7 +6,7 @@ this host can't do that part, or `failed`) and a reason, and the study's own res
 payload); the runner (special/runner.py `run_study`) hands them to `new`, which adds what every
 summary carries (the overall status and the counts, the config, host, threads and timing), and
 writes it through `write`. Every reader (the report's study sections and answers, the DAG's
-timeline, tools/compare_results.py) reads it through `read`.
+timeline, tools/same_outcomes.py) reads it through `read`.
 
 The file's shape is summary.schema.json (JSON Schema, versioned by SUMMARY_VERSION; closed: a key
 it does not declare, or one another study's payload has, is an error), checked when a summary is

@@ -2,7 +2,7 @@
 said to be one.
 
 Each job Snakemake is about to run gets a time from costs measured on a reference host
-(config/costs.yaml, written by bench/calibrate_costs.py from a results folder):
+(config/costs.yaml, written by tools/calibrate_costs.py from a results folder):
 
 - a training run: its measured run's fixed time (launcher, imports, setup, teardown) plus, for
   every seed, its setup and warm-up (the first seed's includes capturing the step) and every
@@ -38,7 +38,7 @@ from dmls.supervisor.hardware import Host, missing_requirement, resolved_device
 # What makes a run like another, most telling first: a run not measured takes the costs of
 # those that agree with it on the most of these, in this order.
 LIKENESS = ("device", "launcher", "processes", "step", "loader", "precision")
-# A run's per-seed and per-epoch costs (bench/calibrate_costs.py writes them).
+# A run's per-seed and per-epoch costs (tools/calibrate_costs.py writes them).
 RUN_COSTS = ("fixed_s", "seed_s", "first_warmup_s", "train_s_per_sample", "eval_s_per_sample",
              "checkpoint_s")  # fmt: skip
 
@@ -241,7 +241,7 @@ def said(jobs: list[Job], est: Estimate, section: Mapping[str, Any], cores: int,
     if not section.get("runs"):
         return ("No estimate of the DAG's time: config/costs.yaml has no costs for a host of "
                 "this kind (its `cpu` section is read on a host without a GPU, `cuda` on one "
-                "with; bench/calibrate_costs.py writes them from a finished DAG).")  # fmt: skip
+                "with; tools/calibrate_costs.py writes them from a finished DAG).")  # fmt: skip
     where = section["measured_on"]["host"]
     gpu_word = f"{gpus} GPU(s)" if gpus else "no GPU scheduled" if gpus is None else "no GPU"
     top = sorted(jobs, key=lambda j: -est.seconds[j.jobid])[:longest]

@@ -21,7 +21,7 @@ from pathlib import Path
 from dmls.config.spec import RunSpec
 
 SCRIPTS = Path(__file__).resolve().parents[2]
-WORKER = SCRIPTS / "train.py"
+WORKER = SCRIPTS / "rank.py"
 NODE_AGENT = SCRIPTS / "node_agent.py"
 LOOPBACK = "127.0.0.1"
 ACCELERATE_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}

@@ -337,7 +337,7 @@ def _finish(path: Path, record: dict[str, Any], strict: bool) -> dict[str, Any]:
 
 
 def main_from_snakemake(snakemake: Any) -> None:
-    """Entry of the `train` rule (workflow/scripts/run_experiment.py). The run's lock comes
+    """Entry of the `train` rule (workflow/scripts/train.py). The run's lock comes
     first: a second workflow training the same run into the same folder fails here, before it
     opens (and truncates) the rule's log, which the launchers' output then goes to."""
     # If Snakemake is killed, stop too (and the launchers with us): a run finished behind its

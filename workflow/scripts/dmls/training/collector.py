@@ -2,7 +2,7 @@
 
 Importing torch, torch._dynamo and the engine builds about half a million long-lived objects,
 and each full collection walks them all again (0.5 of 2.6 s of these imports on a 2-core CPU).
-Stdlib only: train.py applies the setting before it imports anything else.
+Stdlib only: rank.py applies the setting before it imports anything else.
 """
 
 from __future__ import annotations

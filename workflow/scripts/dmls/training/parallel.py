@@ -306,7 +306,7 @@ class Distributed(SingleDevice):
 
     def join(self) -> Process:
         if "RANK" not in os.environ:
-            raise RuntimeError("launcher 'torchrun' but RANK is unset: start train.py via torchrun")
+            raise RuntimeError("launcher 'torchrun' but RANK is unset: start rank.py via torchrun")
         local_rank = int(os.environ["LOCAL_RANK"])
         device = self._device(local_rank)
         if device.type == "cuda":

@@ -1,12 +1,12 @@
-"""One training process, as a launcher starts it (workflow/scripts/train.py calls `main`).
+"""One training process, as a launcher starts it (workflow/scripts/rank.py calls `main`).
 
-python train.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
+python rank.py --spec '<json>' --data-dir results/data --run-dir results/runs/<study>/<run>
                 --checkpoint results/checkpoints/<study>/<run>.pt [--gc {freeze,default}]
 
 Rank 0 writes the run's result (every seed's) to `<run-dir>/worker.json` (protocol.RESULT); a
 rank that fails writes `<run-dir>/error-rank<N>.json` (the supervisor names the first as the
 run's reason).
-`--gc` is the garbage collector's policy (training/collector.py; train.py applies its first
+`--gc` is the garbage collector's policy (training/collector.py; rank.py applies its first
 part before its imports). Importing this module is cheap: torch and the trainer are imported by
 `main`, after the process is tied to its launcher.
 """

@@ -1,7 +1,7 @@
 """Write the costs the DAG's start-of-run estimate scales (config/costs.yaml; the estimate is
 dmls/supervisor/estimate.py) from a finished results folder and its Snakemake log.
 
-    python bench/calibrate_costs.py RESULTS_DIR --section cpu|cuda --host TEXT
+    python tools/calibrate_costs.py RESULTS_DIR --section cpu|cuda --host TEXT
         [--log SNAKEMAKE_LOG] [--studies RESULTS_DIR] [--costs config/costs.yaml]
         [--job-gap SECONDS]
 
@@ -178,7 +178,7 @@ def section(results: Path, studies_dir: Path, log: Path | None, host: str,
 
 HEADER = """\
 # Measured job costs the DAG's start-of-run estimate scales (dmls/supervisor/estimate.py).
-# Written by bench/calibrate_costs.py (its docstring says what each number is); recalibrate on
+# Written by tools/calibrate_costs.py (its docstring says what each number is); recalibrate on
 # your own host with it. `cpu`: read on a host without a GPU; `cuda`: on a host with one.
 """
 

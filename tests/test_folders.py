@@ -1,4 +1,4 @@
-"""Results folders side by side (dmls/report/compare.py): ratios with intervals, runs one side
+"""Results folders side by side (dmls/report/folders.py): ratios with intervals, runs one side
 lacks, specs that differ, and whether the conclusions agree."""
 
 import html
@@ -7,7 +7,7 @@ import re
 import pytest
 
 from dmls.files import write_json
-from dmls.report import compare
+from dmls.report import folders as folders_page
 from fake_runs import epochs, fake_metrics
 from test_energy import with_energy
 
@@ -47,7 +47,7 @@ def folders(tmp_path):
 
 
 def test_two_folders_compare_with_ratios_spec_differences_and_missing_runs(folders, tmp_path):
-    result = compare.write(list(folders), tmp_path / "c.html")
+    result = folders_page.write(list(folders), tmp_path / "c.html")
     (section,) = result["sections"]
     assert section["only"] == ["1 of 4 runs not in b: dataparallel_2gpu"]
     assert section["different"] == [
@@ -80,15 +80,16 @@ def test_disagreeing_conclusions_are_named(folders, tmp_path):
     slow = fake_metrics("ddp_2gpu", launcher="torchrun", nproc_per_node=2, samples_per_s=700.0,
                         epochs=3, history=epochs([15, 10, 10]), spread=(0.9, 1.0, 1.1))  # fmt: skip
     folder(tmp_path, "b", [slow])
-    (section,) = compare.compare([a, b])["sections"]
+    (section,) = folders_page.compare([a, b])["sections"]
     line, _ = section["conclusions"]
     assert "slower on b, 0.35×" in line and line.endswith("they DISAGREE.")
 
 
 def test_a_folder_without_runs_or_a_single_folder_is_a_clear_error(folders, tmp_path, capsys):
-    with pytest.raises(compare.CompareError, match=r"empty: no runs/<study>/<run>/metrics.json"):
-        compare.compare([folders[0], tmp_path / "empty"])
-    assert compare.main([str(folders[0]), "-o", str(tmp_path / "x.html")]) == 2
+    empty = r"empty: no runs/<study>/<run>/metrics.json"
+    with pytest.raises(folders_page.CompareError, match=empty):
+        folders_page.compare([folders[0], tmp_path / "empty"])
+    assert folders_page.main([str(folders[0]), "-o", str(tmp_path / "x.html")]) == 2
     assert "compare needs two or more results folders, got 1" in capsys.readouterr().err
 
 
@@ -120,7 +121,7 @@ def test_the_committed_example_folders_compare(tmp_path):
 
     results = ROOT / "docs" / "example-report" / "results"
     page = tmp_path / "compare.html"
-    assert compare.main([str(results / "example"), str(results / "example-host"),
+    assert folders_page.main([str(results / "example"), str(results / "example-host"),
                          "-o", str(page)]) == 0  # fmt: skip
     text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text())))
     assert text.count("4 × NVIDIA H200") == 2
@@ -137,7 +138,7 @@ def test_runs_of_the_same_spec_on_different_data_are_not_the_same_experiment(tmp
         m = fake_metrics("single_gpu", launcher="single", epochs=2)
         m["data"]["sha256"] = digest
         runs.append(folder(tmp_path, name, [m]))
-    result = compare.write(runs, tmp_path / "c.html")
+    result = folders_page.write(runs, tmp_path / "c.html")
     (section,) = result["sections"]
     assert section["different"] == [
         "single_gpu on b: differs from a in data (sha256 000000000000… vs ffffffffffff…) (not "
@@ -147,11 +148,11 @@ def test_runs_of_the_same_spec_on_different_data_are_not_the_same_experiment(tmp
 
 def test_an_output_that_names_a_folder_gets_compare_html_in_it(folders, tmp_path, capsys):
     """`-o results/` raised a bare IsADirectoryError."""
-    assert compare.main([*map(str, folders), "-o", str(tmp_path)]) == 0
+    assert folders_page.main([*map(str, folders), "-o", str(tmp_path)]) == 0
     assert (tmp_path / "compare.html").exists()
     assert capsys.readouterr().out.endswith(f"wrote {tmp_path / 'compare.html'}\n")
     # A folder that does not exist yet, said with a trailing slash (before: a file of that name).
-    assert compare.main([*map(str, folders), "-o", f"{tmp_path / 'new'}/"]) == 0
+    assert folders_page.main([*map(str, folders), "-o", f"{tmp_path / 'new'}/"]) == 0
     assert (tmp_path / "new" / "compare.html").is_file()
 
 
@@ -162,17 +163,17 @@ def test_a_folder_without_its_report_is_compared_against_the_configs_baseline(tm
             for b in (128, 32)]  # fmt: skip
     a, b = folder(tmp_path, "a", runs), folder(tmp_path, "b", runs)
     config = {"studies": {"parallelism": {"baseline": "b32"}}}
-    (section,) = compare.compare([a, b], config=config)["sections"]
+    (section,) = folders_page.compare([a, b], config=config)["sections"]
     assert section["baseline"] == "b32"
     assert section["baseline_source"].startswith("the study's baseline in the config")
     assert all("against b32's" in line for line in section["conclusions"])
-    (section,) = compare.compare([a, b], config=None)["sections"]
+    (section,) = folders_page.compare([a, b], config=None)["sections"]
     assert (section["baseline"], section["baseline_source"]) == (
         "b128",
         "no report or config names one: the shared run with the fewest workers",
     )
     # The folder's own report outranks the config.
     write_json(a / "report" / "parallelism" / "section.json", {"baseline": "b128"})
-    (section,) = compare.compare([a, b], config=config)["sections"]
+    (section,) = folders_page.compare([a, b], config=config)["sections"]
     assert section["baseline"] == "b128"
     assert section["baseline_source"] == "the baseline of the folder's own report"

@@ -1,7 +1,7 @@
 """Whether two results folders hold the same outcomes: the check a refactor that must not change
 behaviour passes (same seeds, CPU).
 
-    python3 tools/compare_results.py results/before results/after
+    python3 tools/same_outcomes.py results/before results/after
 
 Per training run (runs/<study>/<run>/metrics.json): the status and reason, the per-epoch train
 and test loss and accuracy (exactly equal, not within a tolerance: the same code on the same

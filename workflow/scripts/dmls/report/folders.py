@@ -1,6 +1,6 @@
 """Two or more results folders side by side: one self-contained HTML page.
 
-    python workflow/scripts/compare_results.py results_h100 results_a100 [-o compare.html]
+    python workflow/scripts/compare_folders.py results_h100 results_a100 [-o compare.html]
     snakemake compare --config compare='[results_h100, results_a100]'
 
 Each folder holds runs/<study>/<run>/metrics.json (from any machine). The first folder is the
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_from_snakemake(snakemake: Any, log: Any) -> None:
-    """Entry of the `compare` rule (workflow/scripts/compare_results.py)."""
+    """Entry of the `compare` rule (workflow/scripts/compare_folders.py)."""
     result = write(
         [Path(f) for f in snakemake.params.folders], Path(snakemake.output.html),
         config=snakemake.config,
