@@ -29,19 +29,8 @@ from special_fixtures import (
     sweep_rows,
 )
 
-# Every case each facts function can return.
-CASES = {
-    "lenet_memory": {"full", "no_full"},
-    "spare_failure": {"all_within", "within_chance", "outside"},
-    "float32_bytes": {"exact", "inexact"},
-    "graphs": {"measured"},
-    "collectives": {"compared", "no_nccl"},
-    "sharding": {"measured"},
-    "profiler": {"measured"},
-    "fused_conv": {"measured"},
-    "serialization": {"measured"},
-    "spark_lazy": {"measured"},
-}
+# Every case each facts function can return, as each study declares them.
+CASES = {name: set(spec.cases) for name, spec in STUDIES.items()}
 
 
 def templates(name, case):

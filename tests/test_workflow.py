@@ -17,6 +17,7 @@ from conftest import ROOT, needs_browser, validated
 from dmls import record
 from dmls.config.spec import resolve_runs
 from dmls.files import read_json
+from dmls.special.catalog import STUDIES
 from dmls.summary import read as read_summary
 
 BIN = Path(sys.executable).parent
@@ -35,10 +36,8 @@ EXPECTED_RUNS = runs_per_study(ROOT / "config" / "config.yaml")
 sys.path.insert(0, str(ROOT / "tools"))
 # Sections of the report, in order: A2 is drawn from A1's runs, right after it.
 EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(EXPECTED_RUNS)[1:]]
-SPECIAL_STUDIES = [
-    "profiler", "fused_conv", "lenet_memory", "spare_failure", "float32_bytes", "graphs",
-    "collectives", "sharding", "spark_lazy", "serialization",
-]  # fmt: skip
+# The special studies, in the catalog's order (the report's too).
+SPECIAL_STUDIES = list(STUDIES)
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
 SPECIAL_STUDY_RULES = (
     "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",

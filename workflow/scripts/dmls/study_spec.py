@@ -53,6 +53,7 @@ class StudySpec:
       integers beyond 2^53), read as written; `shown_facts`: keys of its single row shown as a
       definition list (D3).
     - `repeats`: the config keys its provenance line counts, with their words.
+    - `cases`: every case `facts` can return, each a template of its answer's entries.
     """
 
     name: str
@@ -64,6 +65,7 @@ class StudySpec:
     text_tables: bool = False
     shown_facts: tuple[str, ...] = ()
     repeats: tuple[tuple[str, str], ...] = (("repeats", "repeats"),)
+    cases: tuple[str, ...] = ("measured",)
 
     def measure(self) -> Callable[..., dict[str, Any]]:
         """The function that runs the study (imported here, with torch where it needs it)."""

@@ -105,6 +105,7 @@ def _setup(backend: str, device: str, placement: str) -> str:
 
 SPEC = StudySpec(
     name="collectives",
+    cases=("compared", "no_nccl"),
     entry="dmls.special.collectives:run",
     facts=facts,
     tables=(

@@ -45,6 +45,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
 
 SPEC = StudySpec(
     name="float32_bytes",
+    cases=("exact", "inexact"),
     entry="dmls.special.float32_bytes:run",
     facts=facts,
     tables=(

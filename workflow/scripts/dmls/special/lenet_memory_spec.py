@@ -131,6 +131,7 @@ def _change(peak: int, reference: int) -> str:
 
 SPEC = StudySpec(
     name="lenet_memory",
+    cases=("full", "no_full"),
     entry="dmls.special.lenet_memory:run",
     facts=facts,
     tables=(

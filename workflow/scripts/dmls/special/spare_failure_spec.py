@@ -63,6 +63,7 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
 
 SPEC = StudySpec(
     name="spare_failure",
+    cases=("all_within", "within_chance", "outside"),
     entry="dmls.special.spare_failure:run",
     facts=facts,
     tables=(
