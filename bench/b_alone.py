@@ -147,12 +147,14 @@ def repro(repeats: int = 5) -> dict[str, Any]:
         "bf16_split_ms": step_ms(mlp(), bf16, profile=True),
     }
     split = {k: (out["fp32_split_ms"][k], out["bf16_split_ms"][k]) for k in GROUPS}
-    print(f"step of B's MLP: bare {statistics.fmean(times['bare']):.3f} ms, inside DDP at world "
-          f"size 1 {statistics.fmean(times['ddp_world_1']):.3f} ms ({ddp.value:.2f}x the time, "
-          f"{ddp.low:.2f}-{ddp.high:.2f}); fp32 {statistics.fmean(times['fp32']):.3f} ms, bf16 "
-          f"autocast {statistics.fmean(times['bf16']):.3f} ms ({cast.value:.2f}x, "
-          f"{cast.low:.2f}-{cast.high:.2f}); per step, fp32 vs bf16: "
-          + ", ".join(f"{k} {a:.3f} vs {b:.3f} ms" for k, (a, b) in split.items()))  # fmt: skip
+    print(
+        f"step of B's MLP: bare {statistics.fmean(times['bare']):.3f} ms, inside DDP at world "
+        f"size 1 {statistics.fmean(times['ddp_world_1']):.3f} ms ({ddp.value:.2f}x the time, "
+        f"{ddp.low:.2f}-{ddp.high:.2f}); fp32 {statistics.fmean(times['fp32']):.3f} ms, bf16 "
+        f"autocast {statistics.fmean(times['bf16']):.3f} ms ({cast.value:.2f}x, "
+        f"{cast.low:.2f}-{cast.high:.2f}); per step, fp32 vs bf16: "
+        + ", ".join(f"{k} {a:.3f} vs {b:.3f} ms" for k, (a, b) in split.items())
+    )
     return out
 
 
@@ -173,28 +175,43 @@ def main(argv: list[str] | None = None) -> int:
             run_dir.mkdir()
             with open(run_dir / "train.log", "w") as log:
                 metrics = supervise.run(
-                    spec, run_dir=run_dir, data_dir=work / "data", log=log, isolation="none",
+                    spec,
+                    run_dir=run_dir,
+                    data_dir=work / "data",
+                    log=log,
+                    isolation="none",
                     checkpoint_path=work / "checkpoints" / f"{spec.study}-{spec.run}.pt",
                     threads=args.threads * spec.cpu_shares,
-                )  # fmt: skip
+                )
             if metrics["status"] != "ok":
                 raise RuntimeError(f"{name} ended {metrics['status']}: {metrics['reason']}")
             values = record.counted_values(metrics, "samples_per_s")
             seeds[name] += values
             precision[name] = metrics["effective_precision"]
-            print(f"round {round_ + 1}/{args.rounds} {name}: "
-                  + ", ".join(f"{v:,.0f}" for v in values) + " samples/s", flush=True)  # fmt: skip
+            print(
+                f"round {round_ + 1}/{args.rounds} {name}: "
+                + ", ".join(f"{v:,.0f}" for v in values)
+                + " samples/s",
+                flush=True,
+            )
     pairs = []
     for a, b, what in PAIRS:
         ratio = stats.ratio(seeds[a], seeds[b])
-        pairs.append({
-            "pair": what, "ratio": ratio.value, "low": ratio.low, "high": ratio.high,
-            "verdict": stats.verdict(ratio, "faster", "slower", "seed"),
-            "precision": [precision[a], precision[b]],
-            "means": [stats.mean_interval(seeds[a]).mean, stats.mean_interval(seeds[b]).mean],
-        })  # fmt: skip
-        print(f"{what}: {ratio.value:.3f}x ({ratio.low:.3f}-{ratio.high:.3f}), "
-              f"{pairs[-1]['verdict']}; computed in {precision[a]} vs {precision[b]}")  # fmt: skip
+        pairs.append(
+            {
+                "pair": what,
+                "ratio": ratio.value,
+                "low": ratio.low,
+                "high": ratio.high,
+                "verdict": stats.verdict(ratio, "faster", "slower", "seed"),
+                "precision": [precision[a], precision[b]],
+                "means": [stats.mean_interval(seeds[a]).mean, stats.mean_interval(seeds[b]).mean],
+            }
+        )
+        print(
+            f"{what}: {ratio.value:.3f}x ({ratio.low:.3f}-{ratio.high:.3f}), "
+            f"{pairs[-1]['verdict']}; computed in {precision[a]} vs {precision[b]}"
+        )
     result = {"host": describe(), "threads_per_process": args.threads, "rounds": args.rounds,
               "seeds": seeds, "pairs": pairs, "causes": repro()}  # fmt: skip
     args.out.write_text(json.dumps(result, indent=2))

@@ -53,9 +53,13 @@ def main() -> None:
         data = Path(tmp)
         datasets.prepare("synthetic_cifar", {"n_train": 512, "n_test": 256}, data)
         spec = a1_spec(
-            "ddp_2gpu", dataset="synthetic_cifar", device=device, epochs=1, loader="device",
+            "ddp_2gpu",
+            dataset="synthetic_cifar",
+            device=device,
+            epochs=1,
+            loader="device",
             step="eager",
-        )  # fmt: skip
+        )
         strategy = strategy_for(spec)
         process = strategy.join()
         trainer = Trainer(spec, strategy, process, data)
@@ -83,9 +87,13 @@ def main() -> None:
                     f.write(payload)
                 os.replace(work / "unsynced.pt", work / "unsynced2.pt")
                 t5 = time.perf_counter()
-                for name, s in (("state_to_cpu", t1 - t0), ("serialise", t2 - t1),
-                                ("sha256", t3 - t2), ("write_fsync_rename", t4 - t3),
-                                ("write_rename_no_fsync", t5 - t4)):  # fmt: skip
+                for name, s in (
+                    ("state_to_cpu", t1 - t0),
+                    ("serialise", t2 - t1),
+                    ("sha256", t3 - t2),
+                    ("write_fsync_rename", t4 - t3),
+                    ("write_rename_no_fsync", t5 - t4),
+                ):
                     parts.setdefault(name, []).append(1000 * s)
         finally:
             for f in work.iterdir():

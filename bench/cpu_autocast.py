@@ -115,8 +115,14 @@ def onednn_implementations(precision: str) -> dict[str, str]:
 
     dtype = PRECISIONS[precision] or "float32"
     env = {**os.environ, "ONEDNN_VERBOSE": "1", "CUDA_VISIBLE_DEVICES": ""}
-    out = subprocess.run([sys.executable, "-c", ONE_CONV, dtype], env=env, capture_output=True,
-                         text=True, timeout=600, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_CONV, dtype],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
     found: dict[str, str] = {}
     for line in out.splitlines():
         # onednn_verbose,[time,]primitive,exec,cpu,convolution,<implementation>,<propagation>,..
@@ -146,8 +152,10 @@ def main() -> None:
         "steps": args.steps,
         "precisions": {},
     }
-    print(f"torch {torch.__version__}, {args.threads} thread(s), batch {spec.batch_size}; "
-          f"CPU flags: {', '.join(out['cpu_flags']) or 'none of ' + ', '.join(FLAGS)}")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), batch {spec.batch_size}; "
+        f"CPU flags: {', '.join(out['cpu_flags']) or 'none of ' + ', '.join(FLAGS)}"
+    )
     for precision in PRECISIONS:
         print(f"{precision}: stepping...", flush=True)
         got = measure(spec, precision, args.steps)

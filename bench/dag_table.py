@@ -47,8 +47,10 @@ def estimated(results: Path) -> tuple[dict[str, float], float | None]:
     if not path.exists():
         return {}, None
     body = json.loads(path.read_text())
-    named = {(j["job"] if j["rule"] == "train" else f"study {j['job']}"): j["seconds"]
-             for j in body["jobs"]}  # fmt: skip
+    named = {
+        (j["job"] if j["rule"] == "train" else f"study {j['job']}"): j["seconds"]
+        for j in body["jobs"]
+    }
     return named, body["wall_s"]
 
 
@@ -65,8 +67,13 @@ def inherent(table: pd.DataFrame, gpus: int) -> dict[str, float]:
     gpu_seconds = float((table["gpus"].fillna(0) * seconds.fillna(0)).sum())
     longest = float(seconds.max())
     per_gpu = gpu_seconds / gpus if gpus else 0.0
-    return {"longest_s": longest, "gpu_seconds": gpu_seconds, "gpus": gpus,
-            "per_gpu_s": per_gpu, "inherent_s": max(longest, per_gpu)}  # fmt: skip
+    return {
+        "longest_s": longest,
+        "gpu_seconds": gpu_seconds,
+        "gpus": gpus,
+        "per_gpu_s": per_gpu,
+        "inherent_s": max(longest, per_gpu),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,13 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     found = from_results(args.results)
     if args.studies:
-        found = [r for r in found if r["job"].split("/")[0] in args.studies
-                 or r["job"] in {f"study {s}" for s in args.studies}]  # fmt: skip
+        found = [
+            r
+            for r in found
+            if r["job"].split("/")[0] in args.studies
+            or r["job"] in {f"study {s}" for s in args.studies}
+        ]
     # (a sitting of some studies has no start-of-DAG estimate of its own)
     guess, guess_wall = estimated(args.results) if not args.studies else ({}, None)
     columns = PRINTED if not guess else (*PRINTED[:7], "est_s", *PRINTED[7:])
-    rows = [{k: r.get(k) for k in columns} | ({"est_s": guess.get(r["job"])} if guess else {})
-            for r in found]  # fmt: skip
+    rows = [
+        {k: r.get(k) for k in columns} | ({"est_s": guess.get(r["job"])} if guess else {})
+        for r in found
+    ]
     if not rows:
         print(f"no metrics.json or summary.json under {args.results}", file=sys.stderr)
         return 1

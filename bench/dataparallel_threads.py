@@ -88,11 +88,16 @@ def step_ms(name: str, base: dict, data_dir: Path, work: Path) -> dict[str, Any]
     per_step = spec.batch_size * (spec.nproc_per_node if spec.launcher == "dp" else 1)
     steps = math.ceil(result["data"]["n_train"] / per_step)
     steady = result["timing"]["steady_epoch_s"]
-    return {"name": name, "steps_per_epoch": steps, "steady_epoch_s": steady,
-            "step_ms": 1000 * steady / steps,
-            "epochs_s": [h["train_time_s"] for h in result["history"]],
-            "gc_collections": collector.counts, "gc_s": collector.seconds,
-            "test_accuracy": result["final"]["test_accuracy"]}  # fmt: skip
+    return {
+        "name": name,
+        "steps_per_epoch": steps,
+        "steady_epoch_s": steady,
+        "step_ms": 1000 * steady / steps,
+        "epochs_s": [h["train_time_s"] for h in result["history"]],
+        "gc_collections": collector.counts,
+        "gc_s": collector.seconds,
+        "test_accuracy": result["final"]["test_accuracy"],
+    }
 
 
 def profile_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
@@ -180,13 +185,20 @@ def phase_split(name: str, base: dict, data_dir: Path) -> dict[str, Any]:
         trainer.synchronize()
         step = time.perf_counter() - start
     steps = len(trainer.data.train)
-    counts = {"gc_collections_by_generation": collector.counts,
-              "replica_builds": (replicas.builds - builds) if replicas else None}  # fmt: skip
+    counts = {
+        "gc_collections_by_generation": collector.counts,
+        "replica_builds": (replicas.builds - builds) if replicas else None,
+    }
     trainer.release()
     strategy.end_seed()
     split = {f"{part}_ms": 1000 * s / steps for part, s in seconds.items()}
-    return {"name": name, "step_ms": 1000 * step / steps, **split,
-            "after_forward_ms": 1000 * (step - seconds["forward"]) / steps, **counts}  # fmt: skip
+    return {
+        "name": name,
+        "step_ms": 1000 * step / steps,
+        **split,
+        "after_forward_ms": 1000 * (step - seconds["forward"]) / steps,
+        **counts,
+    }
 
 
 def thread_start_ms(repeats: int = 1000) -> float:
@@ -242,10 +254,13 @@ def main() -> None:
             for name in args.rows:
                 rows.append(step_ms(name, base, work, work / f"r{k}") | {"repeat": k})
                 row = rows[-1]
-                print(f"repeat {k}: {name} {row['step_ms']:.2f} ms/step, epochs "
-                      f"{[round(e, 3) for e in row['epochs_s']]} s, garbage collections by "
-                      f"generation {row['gc_collections']} in "
-                      f"{[round(c, 3) for c in row['gc_s']]} s", flush=True)  # fmt: skip
+                print(
+                    f"repeat {k}: {name} {row['step_ms']:.2f} ms/step, epochs "
+                    f"{[round(e, 3) for e in row['epochs_s']]} s, garbage collections by "
+                    f"generation {row['gc_collections']} in "
+                    f"{[round(c, 3) for c in row['gc_s']]} s",
+                    flush=True,
+                )
         profiles = [profile_split(n, base, work) for n in args.rows] if args.profile else []
         phases = [phase_split(n, base, work) for n in args.rows] if args.phases else []
     table = summary(rows)
@@ -253,8 +268,14 @@ def main() -> None:
     print(f"{'run':<26}{'ms/step (each repeat)':>34}{'vs 1 GPU (95% interval)':>30}")
     for r in table:
         steps = " ".join(f"{s:.2f}" for s in r["step_ms"])
-        vs = (f"{r['ratio_to_single']:.2f}x ({r['ratio_interval'][0]:.2f}-"
-              f"{r['ratio_interval'][1]:.2f})") if "ratio_to_single" in r else ""  # fmt: skip
+        vs = (
+            (
+                f"{r['ratio_to_single']:.2f}x ({r['ratio_interval'][0]:.2f}-"
+                f"{r['ratio_interval'][1]:.2f})"
+            )
+            if "ratio_to_single" in r
+            else ""
+        )
         print(f"{r['name']:<26}{steps:>34}{vs:>30}")
     threads_ms = thread_start_ms()
     print(f"starting and joining 2 threads, alone: {threads_ms:.3f} ms")
@@ -264,11 +285,17 @@ def main() -> None:
     if args.out:
         args.out.write_text(
             json.dumps(
-                {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows,
-                 "summary": table, "profiles": profiles, "phases": phases},
+                {
+                    "gpu": torch.cuda.get_device_name(0),
+                    "torch": torch.__version__,
+                    "rows": rows,
+                    "summary": table,
+                    "profiles": profiles,
+                    "phases": phases,
+                },
                 indent=2,
             )
-        )  # fmt: skip
+        )
 
 
 if __name__ == "__main__":

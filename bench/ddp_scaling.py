@@ -128,9 +128,14 @@ def allreduce_us(numel: int, device: torch.device, iters: int = 200) -> float:
 
 def worker(rank: int, world: int, port: int, args: dict[str, Any]) -> None:
     os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **args["env"],
-    )  # fmt: skip
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        **args["env"],
+    )
     if args["ddp_kwargs"]:
         ddp = torch.nn.parallel.DistributedDataParallel
         patched = type("DDP", (ddp,), {})
@@ -238,10 +243,16 @@ def main() -> None:
         vs = f"{ref['steady_epoch_s'] / r['steady_epoch_s']:.2f}×" if ref else "-"
         p = r["profile"]
         cells = [f"{r['name']:<24}", f"{r['steady_epoch_s']:9.3f}", f"{vs:>8}"]
-        cells += [f"{p.get(k, float('nan')):{w}.0f}" for k, w in
-                  (("span_us_per_step", 9), ("gpu_busy_us_per_step", 9),
-                   ("nccl_us_per_step", 9), ("graph_launch_us_per_step", 10),
-                   ("kernels_per_step", 9))]  # fmt: skip
+        cells += [
+            f"{p.get(k, float('nan')):{w}.0f}"
+            for k, w in (
+                ("span_us_per_step", 9),
+                ("gpu_busy_us_per_step", 9),
+                ("nccl_us_per_step", 9),
+                ("graph_launch_us_per_step", 10),
+                ("kernels_per_step", 9),
+            )
+        ]
         ar = r.get("allreduce_grads_us")
         cells.append(f"{ar:13.0f}" if ar is not None else f"{'-':>13}")
         mode = r["step"].get("mode", "?") + ("+compile" if r["step"].get("compiled") else "")
@@ -251,8 +262,9 @@ def main() -> None:
         if args.host_ops:
             print(r["host_ops"])
     if args.out:
-        args.out.write_text(json.dumps({"gpus": where, "torch": torch.__version__,
-                                        "rows": rows}, indent=2))  # fmt: skip
+        args.out.write_text(
+            json.dumps({"gpus": where, "torch": torch.__version__, "rows": rows}, indent=2)
+        )
 
 
 if __name__ == "__main__":

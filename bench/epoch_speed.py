@@ -93,9 +93,12 @@ def plan(device: str, gpus: int, batch_small: int, batch_large: int) -> list[dic
             ddp = {"launcher": "torchrun", "nproc_per_node": 2, "backend": "nccl"}
             rows += [
                 ("ddp2_graph_large", 2, {**fast, **ddp, "batch_size": batch_large}),
-                ("ddp2_compile_large", 2,
-                 {**fast, **ddp, "step": "compile", "batch_size": batch_large}),
-            ]  # fmt: skip
+                (
+                    "ddp2_compile_large",
+                    2,
+                    {**fast, **ddp, "step": "compile", "batch_size": batch_large},
+                ),
+            ]
     return [{"name": n, "processes": p, "overrides": o} for n, p, o in rows]
 
 
@@ -116,9 +119,13 @@ def first_seed(result: dict[str, Any]) -> dict[str, Any]:
 
 def _ddp_worker(rank: int, world: int, port: int, spec_json: str, data_dir: str, out: str):
     os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     spec = RunSpec.from_json(spec_json)
     run_dir = Path(out) / spec.run
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -178,15 +185,24 @@ def ratios(rows: dict[str, dict]) -> list[tuple[str, float, str]]:
 
     out = []
     best_small = min(
-        (r for r in rows.values() if r["gpus"] <= 1 and r["name"].startswith("device_")
-         and not r["name"].endswith("_large")),
-        key=lambda r: r["steady_epoch_s"], default=None,
-    )  # fmt: skip
+        (
+            r
+            for r in rows.values()
+            if r["gpus"] <= 1
+            and r["name"].startswith("device_")
+            and not r["name"].endswith("_large")
+        ),
+        key=lambda r: r["steady_epoch_s"],
+        default=None,
+    )
     if best_small and "course" in rows:
-        out.append((
-            f"{best_small['name']} vs course, batch {best_small['batch_per_process']}",
-            speedup("course", best_small["name"]), "≥ 10×",
-        ))  # fmt: skip
+        out.append(
+            (
+                f"{best_small['name']} vs course, batch {best_small['batch_per_process']}",
+                speedup("course", best_small["name"]),
+                "≥ 10×",
+            )
+        )
         out.append((f"{best_small['name']} s/epoch", best_small["steady_epoch_s"], "≤ 0.6 s"))
     for step in ("graph", "compile"):
         value = speedup(f"device_{step}_large", f"ddp2_{step}_large")
@@ -206,9 +222,17 @@ def print_table(rows: list[dict], claims: list[tuple[str, float, str]], host: st
     for r in rows:
         ref = course.get(r["batch_per_process"])
         vs = f"{ref['steady_epoch_s'] / r['steady_epoch_s']:.2f}×" if ref else "-"
-        cells = (r["name"], r["gpus"], r["batch_per_process"], r["loader"], r["step"],
-                 f"{r['first_epoch_s']:.3f}", f"{r['steady_epoch_s']:.3f}", vs,
-                 f"{r['test_accuracy']:.4f}")  # fmt: skip
+        cells = (
+            r["name"],
+            r["gpus"],
+            r["batch_per_process"],
+            r["loader"],
+            r["step"],
+            f"{r['first_epoch_s']:.3f}",
+            f"{r['steady_epoch_s']:.3f}",
+            vs,
+            f"{r['test_accuracy']:.4f}",
+        )
         print("  ".join(f"{c:>10}" if i else f"{c:<22}" for i, c in enumerate(cells)))
 
 
@@ -219,9 +243,14 @@ def accuracy_check(data_dir: Path, work: Path, device: str, seeds: int, epochs: 
         accs = []
         for seed in range(seeds):
             spec = a1_spec(
-                f"fmnist_{name}_{seed}", dataset="fashion_mnist", device=device, epochs=epochs,
-                seed=seed, batch_size=128, **path,
-            )  # fmt: skip
+                f"fmnist_{name}_{seed}",
+                dataset="fashion_mnist",
+                device=device,
+                epochs=epochs,
+                seed=seed,
+                batch_size=128,
+                **path,
+            )
             print(f"-- accuracy {name} seed {seed}", file=sys.stderr, flush=True)
             accs.append(train_once(spec, data_dir, work)["final"]["test_accuracy"])
         out[name] = {"test_accuracy": accs, "mean": statistics.mean(accs),
@@ -284,15 +313,19 @@ def main() -> None:
         save(report, args.out)  # the speed table survives a slow accuracy check
         if args.accuracy_data:
             datasets.prepare(
-                "fashion_mnist", {"debian_dir": str(args.accuracy_data), "download": False}, work,
+                "fashion_mnist",
+                {"debian_dir": str(args.accuracy_data), "download": False},
+                work,
                 strict=True,
-            )  # fmt: skip
+            )
             accuracy = accuracy_check(
                 work, work, args.device, args.accuracy_seeds, args.accuracy_epochs
             )
             for name, acc in accuracy.items():
-                print(f"Fashion-MNIST {name}: test accuracy {acc['mean']:.4f} ± {acc['std']:.4f} "
-                      f"({', '.join(f'{a:.4f}' for a in acc['test_accuracy'])})")  # fmt: skip
+                print(
+                    f"Fashion-MNIST {name}: test accuracy {acc['mean']:.4f} ± {acc['std']:.4f} "
+                    f"({', '.join(f'{a:.4f}' for a in acc['test_accuracy'])})"
+                )
             save(report | {"fashion_mnist_accuracy": accuracy}, args.out)
 
 

@@ -37,8 +37,14 @@ def main() -> None:
     for step in args.steps:
         for precision in args.precisions:
             name = f"{precision}_{step}"
-            spec = a1_spec(name, **DDP, precision=precision, step=step, epochs=args.epochs,
-                           dataset="synthetic_cifar")  # fmt: skip
+            spec = a1_spec(
+                name,
+                **DDP,
+                precision=precision,
+                step=step,
+                epochs=args.epochs,
+                dataset="synthetic_cifar",
+            )
             try:
                 result = train_ddp(spec, data_dir, work)
             except Exception as e:  # a row that can't run says why, the others still run

@@ -61,8 +61,11 @@ def main() -> None:
     if torch.cuda.is_available():
         load_extension()
     out["extension_load_s"] = time.perf_counter() - start
-    print(f"{out['device']}, torch {out['torch']}, {args.threads} threads; extension "
-          f"{out['extension_load_s']:.1f} s", flush=True)  # fmt: skip
+    print(
+        f"{out['device']}, torch {out['torch']}, {args.threads} threads; extension "
+        f"{out['extension_load_s']:.1f} s",
+        flush=True,
+    )
     steps_full = fused_conv.training_steps(n_train, cfg)
     for depth in cfg["depths"]:
         torch.manual_seed(cfg["seed"])
@@ -75,8 +78,15 @@ def main() -> None:
             model = fused_conv.copy.deepcopy(baseline)
             if mode.fused:
                 fuse_conv_relu(model)
-            result = fused_conv.train(model, mode, tensors, cfg, seed=cfg["seed"],
-                                      steps=args.steps, timed_from=cfg["warmup_steps"])  # fmt: skip
+            result = fused_conv.train(
+                model,
+                mode,
+                tensors,
+                cfg,
+                seed=cfg["seed"],
+                steps=args.steps,
+                timed_from=cfg["warmup_steps"],
+            )
             device = torch.device(mode.device)
             x_test, y_test = tensors[2].to(device), tensors[3].to(device)
             t0 = time.perf_counter()
@@ -98,15 +108,20 @@ def main() -> None:
                    # Before issue #41: every mode trained fully, `repeats` times.
                    "every_mode_trained_s": cfg["repeats"] * training}  # fmt: skip
             out["rows"].append(row)
-            print(f"depth {depth:>2} {name:<9} forward {row['forward_ms']:7.2f} ms, backward "
-                  f"{row['backward_ms']:7.2f} ms, whole step {row['step_ms']:7.2f} ms; test set "
-                  f"{evaluation:5.2f} s; in C's protocol {row['protocol_s']:6.1f} s (every "
-                  f"mode trained fully: {row['every_mode_trained_s']:6.1f} s)",
-                  flush=True)  # fmt: skip
+            print(
+                f"depth {depth:>2} {name:<9} forward {row['forward_ms']:7.2f} ms, backward "
+                f"{row['backward_ms']:7.2f} ms, whole step {row['step_ms']:7.2f} ms; test set "
+                f"{evaluation:5.2f} s; in C's protocol {row['protocol_s']:6.1f} s (every "
+                f"mode trained fully: {row['every_mode_trained_s']:6.1f} s)",
+                flush=True,
+            )
     total = out["extension_load_s"] + sum(r["protocol_s"] for r in out["rows"])
     before = out["extension_load_s"] + sum(r["every_mode_trained_s"] for r in out["rows"])
-    print(f"C's protocol, from these: about {total:.0f} s (every mode trained fully, "
-          f"{cfg['repeats']} times: about {before:.0f} s)", flush=True)  # fmt: skip
+    print(
+        f"C's protocol, from these: about {total:.0f} s (every mode trained fully, "
+        f"{cfg['repeats']} times: about {before:.0f} s)",
+        flush=True,
+    )
     args.out.write_text(json.dumps(out, indent=1))
 
 

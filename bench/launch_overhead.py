@@ -152,8 +152,11 @@ def processes(repeats: int) -> list[dict[str, Any]]:
         runs = [timed_process(code) for _ in range(repeats)]
         walls, cpus = [w for w, _ in runs], [c for _, c in runs]
         rows.append({"process": name, "wall_s": walls, "cpu_s": cpus})
-        print(f"{name:<36} wall {statistics.median(walls):6.2f} s, "
-              f"CPU {statistics.median(cpus):6.2f} s", flush=True)  # fmt: skip
+        print(
+            f"{name:<36} wall {statistics.median(walls):6.2f} s, "
+            f"CPU {statistics.median(cpus):6.2f} s",
+            flush=True,
+        )
     return rows
 
 
@@ -161,8 +164,13 @@ def import_profile(top: int = 12) -> list[tuple[str, float]]:
     """Seconds of import self time per top-level package (torch split one level further)."""
     env = os.environ | {"PYTHONPATH": f"{SCRIPTS}:{os.environ.get('PYTHONPATH', '')}"}
     code = "from dmls.training import job; import torch._dynamo"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env,
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     totals: dict[str, float] = defaultdict(float)
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
@@ -185,20 +193,41 @@ def bare_torchrun(rdzv: str, port: int) -> dict[str, float]:
         script = Path(tmp) / "rank.py"
         script.write_text(BARE_RANK)
         flags = {
-            "c10d": ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-                     "--rdzv_id", "bench", "--rdzv_conf", "is_host=true"],
+            "c10d": [
+                "--rdzv_backend",
+                "c10d",
+                "--rdzv_endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv_id",
+                "bench",
+                "--rdzv_conf",
+                "is_host=true",
+            ],
             "static": ["--master_addr", "127.0.0.1", "--master_port", str(port)],
-        }[rdzv]  # fmt: skip
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-                "--nproc_per_node", "2", *flags, "--max_restarts", "0",
-                str(script), tmp]  # fmt: skip
+        }[rdzv]
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            "2",
+            *flags,
+            "--max_restarts",
+            "0",
+            str(script),
+            tmp,
+        ]
         start = time.time()
         subprocess.run(argv, check=True, capture_output=True)
         end = time.time()
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(2)]
-    return {"to_ranks_s": min(r["start"] for r in ranks) - start,
-            "after_ranks_s": end - max(r["end"] for r in ranks),
-            "total_s": end - start}  # fmt: skip
+    return {
+        "to_ranks_s": min(r["start"] for r in ranks) - start,
+        "after_ranks_s": end - max(r["end"] for r in ranks),
+        "total_s": end - start,
+    }
 
 
 def least_rank_launch(how: str, port: int, nproc: int) -> dict[str, float]:
@@ -213,9 +242,16 @@ def least_rank_launch(how: str, port: int, nproc: int) -> dict[str, float]:
             script.write_text(LEAST_RANK + "import os, sys\nleast_rank(sys.argv[1])\nos._exit(0)\n")
             # The supervisor's own command; not its thread variables: the host's defaults stay.
             argv = launch.torchrun_command(
-                [str(script)], [tmp], nodes=1, nproc_per_node=nproc, node_rank=0,
-                master_addr=launch.LOOPBACK, port=port, rdzv_id="bench", threads_per_process=1,
-            ).argv  # fmt: skip
+                [str(script)],
+                [tmp],
+                nodes=1,
+                nproc_per_node=nproc,
+                node_rank=0,
+                master_addr=launch.LOOPBACK,
+                port=port,
+                rdzv_id="bench",
+                threads_per_process=1,
+            ).argv
         else:
             argv = [sys.executable, "-c", LEAST_RANK + FORK_AGENT, tmp, str(nproc), str(port)]
         start = time.time()
@@ -228,9 +264,14 @@ def least_rank_launch(how: str, port: int, nproc: int) -> dict[str, float]:
     imported = max(r["imported"] for r in ranks)
     grouped = max(r["grouped"] for r in ranks)
     ended = max(r["end"] for r in ranks)
-    return {"total_s": end - start, "to_ranks_s": first - start,
-            "ranks_imports_s": imported - first, "process_group_s": grouped - imported,
-            "destroy_s": ended - grouped, "after_s": end - ended}  # fmt: skip
+    return {
+        "total_s": end - start,
+        "to_ranks_s": first - start,
+        "ranks_imports_s": imported - first,
+        "process_group_s": grouped - imported,
+        "destroy_s": ended - grouped,
+        "after_s": end - ended,
+    }
 
 
 def ddp_job(epochs: int, data_dir: Path, work: Path, run: str = "ddp_2gpu") -> dict[str, Any]:
@@ -247,9 +288,13 @@ def ddp_job(epochs: int, data_dir: Path, work: Path, run: str = "ddp_2gpu") -> d
         "checkpoints": split["checkpoint_time_s"],
         "teardown": split["teardown_s"],
     }
-    return {"wall_s": row["wall_s"], "outside_s": row["outside_training_s"], "parts_s": parts,
-            "first_epoch_s": seed["first_epoch_s"],
-            "steady_epoch_s": seed["steady_epoch_s"]}  # fmt: skip
+    return {
+        "wall_s": row["wall_s"],
+        "outside_s": row["outside_training_s"],
+        "parts_s": parts,
+        "first_epoch_s": seed["first_epoch_s"],
+        "steady_epoch_s": seed["steady_epoch_s"],
+    }
 
 
 def floor(repeats: int) -> dict[str, list[dict[str, float]]]:
@@ -268,13 +313,16 @@ def floor(repeats: int) -> dict[str, list[dict[str, float]]]:
     names = {"torchrun": "torchrun's command line", "fork": "the elastic agent, forked"}
     for how, rows in runs.items():
         med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
-        print(f"the least DDP rank ({nproc} processes) under {names[how]}: {med['total_s']:.2f} s "
-              f"(to the ranks {med['to_ranks_s']:.2f}, their imports {med['ranks_imports_s']:.2f}, "
-              f"process group {med['process_group_s']:.2f}, its destruction "
-              f"{med['destroy_s']:.2f}, after the ranks {med['after_s']:.2f}), "
-              f"{med['ratio']:.2f}x a bare import timed just before it "
-              f"({min(r['ratio'] for r in rows):.2f}-{max(r['ratio'] for r in rows):.2f}x; "
-              f"medians of {repeats})", flush=True)  # fmt: skip
+        print(
+            f"the least DDP rank ({nproc} processes) under {names[how]}: {med['total_s']:.2f} s "
+            f"(to the ranks {med['to_ranks_s']:.2f}, their imports {med['ranks_imports_s']:.2f}, "
+            f"process group {med['process_group_s']:.2f}, its destruction "
+            f"{med['destroy_s']:.2f}, after the ranks {med['after_s']:.2f}), "
+            f"{med['ratio']:.2f}x a bare import timed just before it "
+            f"({min(r['ratio'] for r in rows):.2f}-{max(r['ratio'] for r in rows):.2f}x; "
+            f"medians of {repeats})",
+            flush=True,
+        )
     return dict(runs)
 
 
@@ -299,8 +347,11 @@ def main() -> None:
     for rdzv, runs in bare.items():
         to_ranks = statistics.median(r["to_ranks_s"] for r in runs)
         after = statistics.median(r["after_ranks_s"] for r in runs)
-        print(f"torchrun ({rdzv}), ranks importing nothing: to the ranks {to_ranks:.2f} s, "
-              f"after them {after:.2f} s", flush=True)  # fmt: skip
+        print(
+            f"torchrun ({rdzv}), ranks importing nothing: to the ranks {to_ranks:.2f} s, "
+            f"after them {after:.2f} s",
+            flush=True,
+        )
     bare = statistics.median(
         next(r["wall_s"] for r in out["processes"] if r["process"] == "import torch")
     )
@@ -308,23 +359,29 @@ def main() -> None:
     out["least_rank"] = floor(args.repeats)
     if args.job:
         work = Path(tempfile.mkdtemp(prefix="dmls-overhead-"))
-        datasets.prepare("synthetic_cifar", {"n_train": 50000, "n_test": 10000, "seed": 0},
-                         work / "data")  # fmt: skip
+        datasets.prepare(
+            "synthetic_cifar", {"n_train": 50000, "n_test": 10000, "seed": 0}, work / "data"
+        )
         out["jobs"] = []
         for k in range(args.job_repeats or args.repeats):
             row = ddp_job(args.epochs, work / "data", work / f"job{k}", args.run)
             out["jobs"].append(row)
             parts = ", ".join(f"{p} {s:.2f}" for p, s in row["parts_s"].items())
-            print(f"{args.run}, {args.epochs} epochs: job {row['wall_s']:.1f} s, outside "
-                  f"training and evaluation {row['outside_s']:.2f} s ({parts})",
-                  flush=True)  # fmt: skip
+            print(
+                f"{args.run}, {args.epochs} epochs: job {row['wall_s']:.1f} s, outside "
+                f"training and evaluation {row['outside_s']:.2f} s ({parts})",
+                flush=True,
+            )
         outside = mean_interval([j["outside_s"] for j in out["jobs"]])
         out["outside_s"] = {"mean": outside.mean, "low": outside.low, "high": outside.high}
         span = f", 95% interval {outside.low:.2f}-{outside.high:.2f} s" if outside.n > 1 else ""
         out["ratio"] = outside.mean / bare
-        print(f"outside training and evaluation: {outside.mean:.2f} s{span}, "
-              f"{out['ratio']:.2f}x this host's bare `import torch` ({bare:.2f} s, the median of "
-              f"{args.repeats}; target: at most 2x)", flush=True)  # fmt: skip
+        print(
+            f"outside training and evaluation: {outside.mean:.2f} s{span}, "
+            f"{out['ratio']:.2f}x this host's bare `import torch` ({bare:.2f} s, the median of "
+            f"{args.repeats}; target: at most 2x)",
+            flush=True,
+        )
     args.out.write_text(json.dumps(out, indent=1))
 
 

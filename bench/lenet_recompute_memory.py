@@ -65,8 +65,12 @@ def by_frame(blocks: dict[int, tuple[int, list]]) -> list[tuple[str, int, int]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--combo", nargs=3, default=["adamw", "fp32", "full"],
-                    metavar=("OPTIMIZER", "PRECISION", "RECOMPUTE"))  # fmt: skip
+    ap.add_argument(
+        "--combo",
+        nargs=3,
+        default=["adamw", "fp32", "full"],
+        metavar=("OPTIMIZER", "PRECISION", "RECOMPUTE"),
+    )
     ap.add_argument("--times", type=int, default=3)
     args = ap.parse_args()
     cfg = special_study_config("lenet_memory")  # (the default DAG's settings)

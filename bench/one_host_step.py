@@ -139,17 +139,27 @@ def settings(threads: int) -> list[dict]:
 def measure(setting: dict, steps: int, port: int) -> list[dict]:
     threads = str(setting["threads"])
     me = [
-        str(Path(__file__).resolve()), "--worker", "--steps", str(steps), "--threads", threads,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--steps",
+        str(steps),
+        "--threads",
+        threads,
         *(["--ddp"] if setting["ddp"] else []),
         *([] if setting.get("broadcast_buffers", True) else ["--no-broadcast-buffers"]),
-    ]  # fmt: skip
+    ]
     env = os.environ | {"OMP_NUM_THREADS": threads} | setting.get("env", {})
     pin = ["taskset", "-c", setting["cores"], sys.executable]
     if setting["ddp"]:
         launch = [
-            "-m", "torch.distributed.run", "--standalone",
-            "--nproc_per_node", str(setting["procs"]), "--master_port", str(port),
-        ]  # fmt: skip
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(setting["procs"]),
+            "--master_port",
+            str(port),
+        ]
         commands = [pin + launch + me]
     else:
         commands = [pin + me] * setting["procs"]

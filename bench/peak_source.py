@@ -124,8 +124,16 @@ def main() -> None:
         return
     rows = []
     for batch in args.batches:  # each in a process of its own: a fresh allocator
-        argv = [sys.executable, __file__, "--one", str(batch), "--data", str(args.data),
-                "--out", str(args.out)]  # fmt: skip
+        argv = [
+            sys.executable,
+            __file__,
+            "--one",
+            str(batch),
+            "--data",
+            str(args.data),
+            "--out",
+            str(args.out),
+        ]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode:
             sys.exit(f"batch {batch} failed:\n{done.stderr[-3000:]}")
@@ -137,8 +145,10 @@ def main() -> None:
         print(f"| {r['batch']} | {r['step']} | " + " | ".join(f"{m:.1f}" for m in mib) + " |")
     for r in rows:
         parts = ", ".join(f"{w} {b / MIB:.1f}" for w, b in r["at_peak"])
-        print(f"b{r['batch']}: at the peak ({r['replayed_peak'] / MIB:.1f} MiB), MiB by where "
-              f"allocated: {parts}")  # fmt: skip
+        print(
+            f"b{r['batch']}: at the peak ({r['replayed_peak'] / MIB:.1f} MiB), MiB by where "
+            f"allocated: {parts}"
+        )
 
 
 if __name__ == "__main__":

@@ -61,13 +61,17 @@ def main() -> None:
     for case in ("matmul", "affine_grid", "elementwise"):
         out = subprocess.run(
             [sys.executable, "-c", CASE, case, str(args.images), str(args.size)],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         row = json.loads(out.strip().splitlines()[-1])
         mib = row["left_allocated_bytes"] / 2**20
-        print(f"{case:12s} left {row['left_allocated_bytes']:>12,} bytes allocated "
-              f"({mib:.1f} MiB) after its outputs were freed  [{row['gpu']}, torch "
-              f"{row['torch']}]")  # fmt: skip
+        print(
+            f"{case:12s} left {row['left_allocated_bytes']:>12,} bytes allocated "
+            f"({mib:.1f} MiB) after its outputs were freed  [{row['gpu']}, torch "
+            f"{row['torch']}]"
+        )
     print(
         f"(chunk: {args.images} images of 1×{args.size}×{args.size}; a case that leaves what "
         "`matmul` leaves allocated cuBLAS's workspace)"

@@ -55,12 +55,14 @@ def seeds(benchmark: bool, n_seeds: int, steps: int, batch: int) -> list[dict[st
                 torch.cuda.reset_peak_memory_stats(device)
             after_first = torch.cuda.max_memory_allocated(device)
         torch.cuda.synchronize()
-        rows.append({
-            "seed": seed,
-            "peak_mib": max(whole_first, after_first) / MIB,
-            "first_step_peak_mib": whole_first / MIB,
-            "later_steps_peak_mib": after_first / MIB,
-        })  # fmt: skip
+        rows.append(
+            {
+                "seed": seed,
+                "peak_mib": max(whole_first, after_first) / MIB,
+                "first_step_peak_mib": whole_first / MIB,
+                "later_steps_peak_mib": after_first / MIB,
+            }
+        )
         del model, opt, loss
     return rows
 
@@ -77,8 +79,18 @@ def main() -> int:
         print(json.dumps(rows))
         return 0
     for mode in ("on", "off"):
-        cmd = [sys.executable, __file__, "--child", mode, "--seeds", str(args.seeds),
-               "--steps", str(args.steps), "--batch", str(args.batch)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--seeds",
+            str(args.seeds),
+            "--steps",
+            str(args.steps),
+            "--batch",
+            str(args.batch),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         print(f"cudnn.benchmark {mode}, batch {args.batch}:")
         for row in json.loads(out.strip().splitlines()[-1]):

@@ -41,16 +41,21 @@ A1 = {
 
 
 def job(run: str, seeds: int, epochs: int, data_dir: Path, work: Path) -> dict[str, Any]:
-    spec = a1_spec(f"{run}_s{seeds}", **A1[run], seeds=seeds, epochs=epochs,
-                   dataset="synthetic_cifar")  # fmt: skip
+    spec = a1_spec(
+        f"{run}_s{seeds}", **A1[run], seeds=seeds, epochs=epochs, dataset="synthetic_cifar"
+    )
     run_dir = work / spec.run
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "train.log", "w") as log:
         metrics = supervise.run(
-            spec, run_dir=run_dir, data_dir=data_dir, log=log, isolation="none",
+            spec,
+            run_dir=run_dir,
+            data_dir=data_dir,
+            log=log,
+            isolation="none",
             checkpoint_path=work / "checkpoints" / f"{spec.run}.pt",
             threads=4 * spec.cpu_shares,
-        )  # fmt: skip
+        )
     if metrics["status"] != "ok":
         raise RuntimeError(f"{spec.run} ended {metrics['status']}: {metrics['reason']}")
     timing = metrics["timing"]
@@ -132,10 +137,18 @@ def main() -> None:
         )
     facts = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     args.out.write_text(json.dumps({"facts": facts, "rows": rows}, indent=1))
-    print(json.dumps([{k: r[k] for k in ("run", "ratio_3_to_1", "warm_process")} for r in rows],
-                     indent=1))  # fmt: skip
-    print("steady epochs:", {r["run"]: statistics.median(
-        s["steady_epoch_s"] for s in r["three_seeds"]["per_seed"]) for r in rows})  # fmt: skip
+    print(
+        json.dumps(
+            [{k: r[k] for k in ("run", "ratio_3_to_1", "warm_process")} for r in rows], indent=1
+        )
+    )
+    print(
+        "steady epochs:",
+        {
+            r["run"]: statistics.median(s["steady_epoch_s"] for s in r["three_seeds"]["per_seed"])
+            for r in rows
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -107,11 +107,13 @@ def main() -> None:
     # Kernels only: not the ranges the profiler annotates on the GPU's timeline (`nccl:*`,
     # `Optimizer.step#...`), which span their kernels and the gaps between them.
     kernels = [
-        e for e in prof.events()
+        e
+        for e in prof.events()
         if e.device_type == torch.autograd.DeviceType.CUDA
         and not getattr(e, "is_user_annotation", False)
-        and not e.name.startswith("nccl:") and "#" not in e.name
-    ]  # fmt: skip
+        and not e.name.startswith("nccl:")
+        and "#" not in e.name
+    ]
     n = len(batches)
     by_kind: dict[str, float] = {}
     spans: dict[str, list[tuple[float, float]]] = {}
@@ -126,8 +128,15 @@ def main() -> None:
     last = max(e.time_range.end for e in kernels)
     busy = union(spans.get("compute", []) + spans.get("optimizer", []) + spans.get("copies", []))
     nccl = union(spans.get("nccl", []))
-    exposed = union(spans.get("nccl", []) + spans.get("compute", []) + spans.get("optimizer", [])
-                    + spans.get("copies", [])) - busy  # fmt: skip
+    exposed = (
+        union(
+            spans.get("nccl", [])
+            + spans.get("compute", [])
+            + spans.get("optimizer", [])
+            + spans.get("copies", [])
+        )
+        - busy
+    )
     result = {
         "strategy": args.strategy,
         "device": torch.cuda.get_device_name(device),

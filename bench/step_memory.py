@@ -31,12 +31,18 @@ def rows(results: Path, study: str | None) -> list[dict]:
             continue
         spec = metrics["spec"]
         out.append(
-            {"run": f"{metrics['study']}/{metrics['run']}", "batch_size": spec["batch_size"],
-             "precision": metrics["effective_precision"], "step": metrics["step"]["mode"],
-             "seeds": ",".join(str(metrics["seeds"][k]["seed"])
-                               for k in record.counted_seeds(metrics, COLUMNS[0]))}
+            {
+                "run": f"{metrics['study']}/{metrics['run']}",
+                "batch_size": spec["batch_size"],
+                "precision": metrics["effective_precision"],
+                "step": metrics["step"]["mode"],
+                "seeds": ",".join(
+                    str(metrics["seeds"][k]["seed"])
+                    for k in record.counted_seeds(metrics, COLUMNS[0])
+                ),
+            }
             | {c: record.value(metrics, c)[0] for c in COLUMNS}
-        )  # fmt: skip
+        )
     return out
 
 
@@ -50,16 +56,20 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in table:
         mib = [f"{r[c] / MIB:.1f}" if r[c] is not None else "" for c in COLUMNS]
-        print(f"| {r['run']} | {r['batch_size']} | {r['precision']} | {r['step']} | "
-              f"{r['seeds']} | " + " | ".join(mib) + " |")  # fmt: skip
+        print(
+            f"| {r['run']} | {r['batch_size']} | {r['precision']} | {r['step']} | "
+            f"{r['seeds']} | " + " | ".join(mib) + " |"
+        )
     sweep = [r for r in table if r["run"].startswith("batch_size/") and r[COLUMNS[1]]]
     if len(sweep) >= 3:
         x = np.array([r["batch_size"] for r in sweep], dtype=float)
         y = np.array([r[COLUMNS[1]] / MIB for r in sweep])
         slope, intercept = np.polyfit(x, y, 1)
         r2 = 1 - np.sum((y - (slope * x + intercept)) ** 2) / np.sum((y - y.mean()) ** 2)
-        print(f"step memory = {slope:.3f} MiB per sample of batch + {intercept:.1f} MiB, "
-              f"R² = {r2:.4f}")  # fmt: skip
+        print(
+            f"step memory = {slope:.3f} MiB per sample of batch + {intercept:.1f} MiB, "
+            f"R² = {r2:.4f}"
+        )
 
 
 if __name__ == "__main__":

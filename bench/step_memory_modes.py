@@ -36,8 +36,16 @@ MIB = 2**20
 def measure(
     data: Path, precision: str, step: str, batch: int, snapshot: bool
 ) -> dict[int, tuple[int, int]]:
-    spec = a1_spec("single_gpu", dataset="synthetic_cifar", epochs=1, precision=precision,
-                   step=step, num_workers=0, batch_size=batch, validation_samples=0)  # fmt: skip
+    spec = a1_spec(
+        "single_gpu",
+        dataset="synthetic_cifar",
+        epochs=1,
+        precision=precision,
+        step=step,
+        num_workers=0,
+        batch_size=batch,
+        validation_samples=0,
+    )
     strategy = strategy_for(spec)
     process = strategy.join()
     trainer = Trainer(spec, strategy, process, data)
@@ -48,8 +56,11 @@ def measure(
     trainer.synchronize()
     # The caching allocator's reserve over the steady steps (StepMemory reset the peaks as each
     # began): a CUDA graph's pool is reserved for its replays, and not counted as allocated.
-    print(f"  reserved: steady peak {(torch.cuda.max_memory_reserved() - reserved) / MIB:.1f} "
-          "MiB above what was reserved before training", flush=True)  # fmt: skip
+    print(
+        f"  reserved: steady peak {(torch.cuda.max_memory_reserved() - reserved) / MIB:.1f} "
+        "MiB above what was reserved before training",
+        flush=True,
+    )
     record = trainer.memory.record()
     strategy.close()
     return record
@@ -94,8 +105,14 @@ def alive_at_peak(snapshot: dict) -> None:
     for event in snapshot["device_traces"][0]:
         if event["action"] == "alloc":
             frames = event.get("frames") or []
-            where = next((f"{f['filename'].split('/')[-1]}:{f['line']} {f['name']}"
-                          for f in frames if "dmls" in f["filename"]), "?")  # fmt: skip
+            where = next(
+                (
+                    f"{f['filename'].split('/')[-1]}:{f['line']} {f['name']}"
+                    for f in frames
+                    if "dmls" in f["filename"]
+                ),
+                "?",
+            )
             # A library's scratch space (cuDNN's, cuBLAS's) is named in the C++ frames.
             if any("orkspace" in f["name"] for f in frames):
                 where += " [workspace]"
@@ -129,8 +146,11 @@ def main() -> None:
         ((before, rise),) = measure(
             args.data, precision, step, int(batch), args.one == args.snapshot
         ).values()
-        print(f"{args.one:16} held before training {before / MIB:7.1f} MiB, steady steps' peak "
-              f"above it {rise / MIB:7.1f} MiB", flush=True)  # fmt: skip
+        print(
+            f"{args.one:16} held before training {before / MIB:7.1f} MiB, steady steps' peak "
+            f"above it {rise / MIB:7.1f} MiB",
+            flush=True,
+        )
         return
     with tempfile.TemporaryDirectory(prefix="dmls-mem-") as tmp:
         data = Path(tmp)
@@ -140,8 +160,9 @@ def main() -> None:
         ):
             # Each in a process of its own: nothing an earlier one left counts.
             one = ["--one", f"{precision}/{step}/{batch}", "--data", str(data)]
-            subprocess.run([sys.executable, __file__, *one, "--snapshot", args.snapshot],
-                           check=True)  # fmt: skip
+            subprocess.run(
+                [sys.executable, __file__, *one, "--snapshot", args.snapshot], check=True
+            )
 
 
 if __name__ == "__main__":

@@ -34,30 +34,73 @@ def main(results: Path) -> None:
         s = summary.read(path)
         print(f"\n{s['title']} [{s['status']}] on {s['host']['gpus'] or 'no GPU'}")
         if name == "fused_conv":
-            print(table(
-                ["depth", "mode", "status", "forward_ms", "backward_ms", "test_acc", "reason"],
-                [[r["depth"], r["mode"], r["status"], r.get("forward_ms"),
-                  r.get("backward_ms"), r.get("test_accuracy"), r["reason"]]
-                 for r in s["rows"]],
-            ))  # fmt: skip
+            print(
+                table(
+                    ["depth", "mode", "status", "forward_ms", "backward_ms", "test_acc", "reason"],
+                    [
+                        [
+                            r["depth"],
+                            r["mode"],
+                            r["status"],
+                            r.get("forward_ms"),
+                            r.get("backward_ms"),
+                            r.get("test_accuracy"),
+                            r["reason"],
+                        ]
+                        for r in s["rows"]
+                    ],
+                )
+            )
         elif name == "lenet_memory":
-            print(table(
-                ["device", "optimizer", "precision", "recompute", "status", "peak_KiB",
-                 "estimate_KiB", "activations_KiB", "other_KiB"],
-                [[r["device"], r["optimizer"], r["precision"], r["recompute"], r["status"],
-                  *(r[k] / 1024 if r.get(k) is not None else None
-                    for k in ("peak_bytes", "estimate_total_bytes", "activations_bytes",
-                              "other_bytes"))]
-                 for r in s["rows"]],
-            ))  # fmt: skip
+            print(
+                table(
+                    [
+                        "device",
+                        "optimizer",
+                        "precision",
+                        "recompute",
+                        "status",
+                        "peak_KiB",
+                        "estimate_KiB",
+                        "activations_KiB",
+                        "other_KiB",
+                    ],
+                    [
+                        [
+                            r["device"],
+                            r["optimizer"],
+                            r["precision"],
+                            r["recompute"],
+                            r["status"],
+                            *(
+                                r[k] / 1024 if r.get(k) is not None else None
+                                for k in (
+                                    "peak_bytes",
+                                    "estimate_total_bytes",
+                                    "activations_bytes",
+                                    "other_bytes",
+                                )
+                            ),
+                        ]
+                        for r in s["rows"]
+                    ],
+                )
+            )
         else:
             rows = []
             for r in s["rows"]:
                 for kind, v in (r.get("by_kind") or {}).items():
                     gpu = r["device"] == "cuda"
                     where = "device" if gpu else "cpu"
-                    rows.append([r["device"], r["activation"], kind, v[f"{where}_time_ms_mean"],
-                                 v[f"{where}_memory_kib_mean"]])  # fmt: skip
+                    rows.append(
+                        [
+                            r["device"],
+                            r["activation"],
+                            kind,
+                            v[f"{where}_time_ms_mean"],
+                            v[f"{where}_memory_kib_mean"],
+                        ]
+                    )
                 if r["status"] != "ok":
                     rows.append([r["device"], r["activation"], r["status"], None, r["reason"]])
             print(table(["device", "activation", "kind", "time_ms", "memory_KiB"], rows))

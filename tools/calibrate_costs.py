@@ -130,8 +130,7 @@ def rule_seconds(log: Path) -> tuple[dict[str, float], set[str]]:
     return {name: three(statistics.median(v)) for name, v in sorted(seconds.items())}, studies
 
 
-def section(results: Path, studies_dir: Path, log: Path | None, host: str,
-            job_gap: float) -> dict:  # fmt: skip
+def section(results: Path, studies_dir: Path, log: Path | None, host: str, job_gap: float) -> dict:
     """The cost table's section measured in `results` (the module's doc)."""
     runs, hosts, machines = {}, set(), set()
     skipped = [
@@ -147,16 +146,21 @@ def section(results: Path, studies_dir: Path, log: Path | None, host: str,
             facts = record.get("host") or {}
             hosts.add(f"{facts.get('torch')}")
             gpus = facts.get("gpus") or []
-            machines.add(f"{facts.get('cpu_model')}, {facts.get('cpu_count')} CPUs"
-                         + (f", {len(gpus)}× {gpus[0]}" if gpus else ""))  # fmt: skip
+            machines.add(
+                f"{facts.get('cpu_model')}, {facts.get('cpu_count')} CPUs"
+                + (f", {len(gpus)}× {gpus[0]}" if gpus else "")
+            )
     studies = {}
     for path in sorted(studies_dir.glob("studies/*/summary.json")):
         summary = read_summary(path)
         if summary["status"] == "ok" and summary.get("wall_time_s"):
-            settings = {k: v for k, v in (summary.get("config") or {}).items()
-                        if k not in UNTIMED_SETTINGS}  # fmt: skip
-            studies[summary["study"]] = {"seconds": three(summary["wall_time_s"]),
-                                         "settings": settings}  # fmt: skip
+            settings = {
+                k: v for k, v in (summary.get("config") or {}).items() if k not in UNTIMED_SETTINGS
+            }
+            studies[summary["study"]] = {
+                "seconds": three(summary["wall_time_s"]),
+                "settings": settings,
+            }
     measured, study_rules = rule_seconds(log) if log else ({}, set())
     rules = {k: v for k, v in measured.items() if k not in FROM_RECORDS | study_rules}
     return {
@@ -188,12 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path)
     ap.add_argument("--section", choices=("cpu", "cuda"), required=True)
     ap.add_argument("--log", type=Path, help="the DAG's Snakemake log (other rules' costs)")
-    ap.add_argument("--studies", type=Path,
-                    help="the results folder of special studies and skipped runs")  # fmt: skip
+    ap.add_argument(
+        "--studies", type=Path, help="the results folder of special studies and skipped runs"
+    )
     ap.add_argument("--host", required=True, help="the host, as a reader names it")
     ap.add_argument("--costs", type=Path, default=ROOT / "config" / "costs.yaml")
-    ap.add_argument("--job-gap", type=float, default=0.0,
-                    help="Snakemake's own seconds per job where no benchmark has them")  # fmt: skip
+    ap.add_argument(
+        "--job-gap",
+        type=float,
+        default=0.0,
+        help="Snakemake's own seconds per job where no benchmark has them",
+    )
     args = ap.parse_args(argv)
     costs = yaml.safe_load(args.costs.read_text()) if args.costs.exists() else {}
     costs[args.section] = section(
@@ -203,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         HEADER + yaml.safe_dump(costs, sort_keys=False, width=100, allow_unicode=True)
     )
     got = costs[args.section]
-    print(f"{args.costs}: {args.section}: {len(got['runs'])} runs, {len(got['studies'])} "
-          f"studies, {len(got['rules'])} other rules")  # fmt: skip
+    print(
+        f"{args.costs}: {args.section}: {len(got['runs'])} runs, {len(got['studies'])} "
+        f"studies, {len(got['rules'])} other rules"
+    )
     return 0
 
 

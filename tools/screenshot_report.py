@@ -27,8 +27,13 @@ WIDTH = 1280
 
 def open_browser(chromedriver: str) -> webdriver.Chrome:
     options = webdriver.ChromeOptions()
-    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             f"--window-size={WIDTH},1000"]  # fmt: skip
+    flags = [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={WIDTH},1000",
+    ]
     # No network: every request leaves through a proxy that does not exist, so the report
     # must render from the file alone.
     flags += ["--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
@@ -63,9 +68,12 @@ def screenshot(html: Path, png: Path, chromedriver: str = "/usr/bin/chromedriver
 
 
 def sections(
-    html: Path, folder: Path, ids: list[str], width: int = 1400,
+    html: Path,
+    folder: Path,
+    ids: list[str],
+    width: int = 1400,
     chromedriver: str = "/usr/bin/chromedriver",
-) -> dict[str, str]:  # fmt: skip
+) -> dict[str, str]:
     """One PNG per section id, as it shows at `width` px (collapsed parts collapsed)."""
     driver = open_browser(chromedriver)
     saved = {}

@@ -34,14 +34,20 @@ def main() -> None:
     worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args
     task = SrunTask.current()
     where = dict(
-        node_rank=task.node_rank, master_addr=task.first_node, port=args.port,
+        node_rank=task.node_rank,
+        master_addr=task.first_node,
+        port=args.port,
         threads_per_process=args.threads_per_process,
-    )  # fmt: skip
+    )
     if args.group:
         command = launch.group_agent_command(
-            worker_args[0], worker_args[1:], name=args.group, nodes=args.nnodes,
-            nproc_per_node=args.nproc_per_node, **where,
-        )  # fmt: skip
+            worker_args[0],
+            worker_args[1:],
+            name=args.group,
+            nodes=args.nnodes,
+            nproc_per_node=args.nproc_per_node,
+            **where,
+        )
     else:
         spec = RunSpec.from_json(worker_args[worker_args.index("--spec") + 1])
         command = launch.agent_command(spec, worker_args, device=args.device, **where)

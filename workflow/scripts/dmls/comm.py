@@ -43,10 +43,12 @@ def setup_rows(
     the ranks on one host as a run of the engine places them (not the sweeps between nodes;
     a sweep from before placements has no `placement`)."""
     return [
-        r for r in sweep
-        if r["status"] == "ok" and (r["backend"], r["device"], r["processes"])
-        == (backend, device, processes) and r.get("placement", "host") == "host"
-    ]  # fmt: skip
+        r
+        for r in sweep
+        if r["status"] == "ok"
+        and (r["backend"], r["device"], r["processes"]) == (backend, device, processes)
+        and r.get("placement", "host") == "host"
+    ]
 
 
 def calls_ms(sweep: list[dict[str, Any]], calls: list[tuple[str, int]]) -> float | None:

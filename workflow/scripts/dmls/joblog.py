@@ -82,7 +82,10 @@ def heartbeat(name: str, log: IO[str], width: int = 160) -> Callable[[float], No
             line = line[: width - 1] + "…"
         said = f"; {line}" if line else ""
         stamp = time.strftime("%H:%M:%S")
-        print(f"[{stamp}] {name}: running {minutes} min {secs} s{said} (log: {path})",
-              file=sys.__stderr__, flush=True)  # fmt: skip
+        print(
+            f"[{stamp}] {name}: running {minutes} min {secs} s{said} (log: {path})",
+            file=sys.__stderr__,
+            flush=True,
+        )
 
     return beat

@@ -96,7 +96,7 @@ def step_memory_problem(seed: dict[str, Any]) -> str | None:
     held, added, peak = (cast(Any, seed.get(m)) for m in (*MEMORY_METRICS[2:4], MEMORY_METRICS[0]))
     if None in (held, added, peak) or held + added <= peak:
         return None
-    return f"step_gpu_mem_bytes: {added} added to the {held} held before the step exceed the allocated peak, {peak}"  # noqa: E501  # fmt: skip
+    return f"step_gpu_mem_bytes: {added} added to the {held} held before the step exceed the allocated peak, {peak}"  # noqa: E501
 
 
 def bounds(record: dict[str, Any]) -> list[str]:

@@ -401,8 +401,10 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
         if "integer" in (wanted if isinstance(wanted, list) else [wanted]):
             if not error.instance.is_integer():  # 2.5: no integer is meant
                 return [f"{where}: {error.instance!r} is not a whole number; write an integer"]
-            return [f"{where}: {error.instance!r} is not a whole number written as one "
-                    f"(write {int(error.instance)})"]  # fmt: skip
+            return [
+                f"{where}: {error.instance!r} is not a whole number written as one "
+                f"(write {int(error.instance)})"
+            ]
     if error.validator == "enum":
         choices = ", ".join(map(str, error.validator_value))
         return [f"{where}: {error.instance!r} is not allowed; allowed: {choices}"]
@@ -410,9 +412,11 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
         return [f"{where}: {error.instance!r} is not allowed: {rule}"]
     if "propertyNames" in error.schema_path and error.validator == "maxLength":
         name, most = error.instance, error.validator_value
-        return [f"{where}: name {name[:24]!r}… is {len(name)} characters long, more than the "
-                f"{most} allowed (a run's name becomes folder and file names, which hold at "
-                "most 255 bytes with the pipeline's suffixes)"]  # fmt: skip
+        return [
+            f"{where}: name {name[:24]!r}… is {len(name)} characters long, more than the "
+            f"{most} allowed (a run's name becomes folder and file names, which hold at "
+            "most 255 bytes with the pipeline's suffixes)"
+        ]
     if "propertyNames" in error.schema_path:
         rule = error.schema.get("description", f"must match {error.validator_value!r}")
         return [f"{where}: name {error.instance!r} is not allowed: {rule}"]

@@ -129,19 +129,40 @@ def make_loaders(
     unseen_reason = _unseen_reason(spec, last, devices_per_step, min_samples_per_device)
     drop_last = unseen_reason is not None
     evaluation = functools.partial(
-        _evaluation_batches, spec, manifest=ds.manifest, rank=rank, world_size=world_size,
-        device=device, samples_per_step=samples_per_step, memory_format=memory_format,
-    )  # fmt: skip
+        _evaluation_batches,
+        spec,
+        manifest=ds.manifest,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        samples_per_step=samples_per_step,
+        memory_format=memory_format,
+    )
     test = evaluation(x_test, y_test)
     validation = evaluation(x_val, y_val) if spec.validation_samples else None
     train = _training_batches(
-        spec, x_train, y_train, ds.manifest, sampler, device=device,
-        samples_per_step=samples_per_step, drop_last=drop_last, memory_format=memory_format,
-    )  # fmt: skip
+        spec,
+        x_train,
+        y_train,
+        ds.manifest,
+        sampler,
+        device=device,
+        samples_per_step=samples_per_step,
+        drop_last=drop_last,
+        memory_format=memory_format,
+    )
     return Loaders(
-        train, test, sampler, len(y_train), len(y_test), ds.manifest,
-        last if drop_last else 0, unseen_reason, validation, len(y_val),
-    )  # fmt: skip
+        train,
+        test,
+        sampler,
+        len(y_train),
+        len(y_test),
+        ds.manifest,
+        last if drop_last else 0,
+        unseen_reason,
+        validation,
+        len(y_val),
+    )
 
 
 def _loader_options(spec: RunSpec, device: torch.device) -> dict[str, Any]:
@@ -201,13 +222,20 @@ def _training_batches(
                 spec.augment, manifest["mean"], manifest["std"], device, memory_format
             )
         return DeviceLoader(
-            torch.from_numpy(x).to(device), torch.from_numpy(y).to(device),
-            sampler, samples_per_step, drop_last, transform,
-        )  # fmt: skip
+            torch.from_numpy(x).to(device),
+            torch.from_numpy(y).to(device),
+            sampler,
+            samples_per_step,
+            drop_last,
+            transform,
+        )
     return DataLoader(
-        _training_set(spec, x, y, manifest), batch_size=samples_per_step,
-        sampler=sampler, drop_last=drop_last, **_loader_options(spec, device),
-    )  # fmt: skip
+        _training_set(spec, x, y, manifest),
+        batch_size=samples_per_step,
+        sampler=sampler,
+        drop_last=drop_last,
+        **_loader_options(spec, device),
+    )
 
 
 Arrays = tuple[np.ndarray, np.ndarray]

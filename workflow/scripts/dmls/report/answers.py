@@ -182,10 +182,12 @@ def _gap(study: Study, run: str) -> str:
     train = np.mean([100 * f["train_accuracy"] for f in seeds])
     low, high = cast(float, gap.low), cast(float, gap.high)  # read only with an interval
     interval = (
-        " (one seed)" if not gap.has_interval
-        else " (no spread in the seeds)" if gap.low == gap.high
+        " (one seed)"
+        if not gap.has_interval
+        else " (no spread in the seeds)"
+        if gap.low == gap.high
         else f" ({signed(low)} to {signed(high)})"
-    )  # fmt: skip
+    )
     return f"{run} {signed(gap.mean)}{interval}, train {train:.1f}%"
 
 
@@ -211,8 +213,10 @@ def _early_stopping(study: Study) -> str:
             restored.append(final.get("restored_best_epoch"))
         if not stops:
             spec = metrics["spec"]
-            said.append(f"early stopping never fired in {run} (patience "
-                        f"{spec['early_stopping_patience']}, {spec['epochs']} epochs)")  # fmt: skip
+            said.append(
+                f"early stopping never fired in {run} (patience "
+                f"{spec['early_stopping_patience']}, {spec['epochs']} epochs)"
+            )
             continue
         share = "–".join(dict.fromkeys(f"{r:.0%}" for r in (min(rates), max(rates))))
         if all(restored):
@@ -220,8 +224,9 @@ def _early_stopping(study: Study) -> str:
         elif not any(restored):
             kept = "its last weights"
         else:
-            kept = " / ".join(f"epoch {r}'s weights, restored" if r else "its last weights"
-                              for r in restored)  # fmt: skip
+            kept = " / ".join(
+                f"epoch {r}'s weights, restored" if r else "its last weights" for r in restored
+            )
         said.append(
             f"{run} stopped at epoch {'/'.join(stops)} of {metrics['spec']['epochs']}, its "
             f"learning rate still {share} of its peak, and reports {kept}"
@@ -344,8 +349,9 @@ def backend_sweep(study: Study, sweep: pd.DataFrame | None) -> tuple[str, dict[s
         facts[f"predicted_b{batch}"] = in_s(predicted[gloo]["seconds"] - predicted[nccl]["seconds"])
         facts[f"measured_b{batch}"] = (
             f"{in_s(gap.value)} ({in_s(low)} to {in_s(high)})"
-            if gap.has_interval else in_s(gap.value)
-        )  # fmt: skip
+            if gap.has_interval
+            else in_s(gap.value)
+        )
     return "predicted", facts
 
 
@@ -476,16 +482,20 @@ def background(texts: dict[str, Any], study: Study) -> list[str]:
     words = device_words(study)
     fields = words | {
         "batch": (
-            "the batch per " + words["GPU"] if not batches
-            else f"batch {batches[0]} per {words['GPU']}" if len(batches) == 1
+            "the batch per " + words["GPU"]
+            if not batches
+            else f"batch {batches[0]} per {words['GPU']}"
+            if len(batches) == 1
             else f"batches {batches[0]}–{batches[-1]} per {words['GPU']}"
         ),
         "steps": (
-            "as their records say" if not steps
-            else f"“{steps[0]}”" if len(steps) == 1
+            "as their records say"
+            if not steps
+            else f"“{steps[0]}”"
+            if len(steps) == 1
             else " or ".join(f"“{step}”" for step in steps)
         ),
-    }  # fmt: skip
+    }
     return [text.format(**fields) for text in texts.get("background") or []]
 
 

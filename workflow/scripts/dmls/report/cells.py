@@ -53,8 +53,7 @@ def epoch_seconds(value: float) -> str:
     (an interval of 4e-05 s is 0.00004)."""
     if abs(value) >= 1:
         return seconds(value)
-    return np.format_float_positional(value, precision=3, unique=False, fractional=False,
-                                      trim="-")  # fmt: skip
+    return np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
 
 
 def mib(value: float) -> str:

@@ -92,16 +92,24 @@ class Compared:
         says it once for all its comparisons: `shared`)."""
         if self.shared:
             return ""
-        return minus((f"; the two also differ in {self.differ}" if self.differ else "")
-                     + self.unchanged)  # fmt: skip
+        return minus(
+            (f"; the two also differ in {self.differ}" if self.differ else "") + self.unchanged
+        )
 
     @property
     def also_for_each(self) -> str:
         """The same, said once for a sentence whose every pair shares it."""
-        return minus("; ".join(filter(None, (
-            f"each pair also differs in {self.differ}" if self.differ else "",
-            self.unchanged.removeprefix("; "),
-        ))))  # fmt: skip
+        return minus(
+            "; ".join(
+                filter(
+                    None,
+                    (
+                        f"each pair also differs in {self.differ}" if self.differ else "",
+                        self.unchanged.removeprefix("; "),
+                    ),
+                )
+            )
+        )
 
     @property
     def figure(self) -> str:
@@ -239,17 +247,24 @@ def compare(
         # warm process's seeds agree to the byte), and the reader weighs it by its size.
         if spec.unit == "MiB" and not result.identical:
             size = (mean_a - mean_b) * spec.scale
-            seeds = "; ".join(filter(None, (
-                minus(f"{size:+,.{spec.decimals}f} {spec.unit}, {100 * (result.value - 1):+.1f}%"),
-                seeds,
-            )))  # fmt: skip
+            percent = 100 * (result.value - 1)
+            size_said = minus(f"{size:+,.{spec.decimals}f} {spec.unit}, {percent:+.1f}%")
+            seeds = "; ".join(filter(None, (size_said, seeds)))
     else:
         value, interval = points_strings(result)
     return Compared(
-        value, result.verdict(spec.more, spec.less, unit), spec.label, "ratio" if kind == "ratio"
-        else "points", interval, means, seeds, no_range(result, unit), extra, unchanged,
+        value,
+        result.verdict(spec.more, spec.less, unit),
+        spec.label,
+        "ratio" if kind == "ratio" else "points",
+        interval,
+        means,
+        seeds,
+        no_range(result, unit),
+        extra,
+        unchanged,
         result=result,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

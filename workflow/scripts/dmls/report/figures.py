@@ -67,8 +67,9 @@ def _curve(
     half = history.get(f"{column}_ci95")
     if band and half is not None and half.notna().any():
         half = scale * half.astype(float)
-        ax.fill_between(epochs, mean - half, mean + half, color=line.get_color(), alpha=0.15,
-                        linewidth=0)  # fmt: skip
+        ax.fill_between(
+            epochs, mean - half, mean + half, color=line.get_color(), alpha=0.15, linewidth=0
+        )
 
 
 def run_curves(study: Study, run: str, path: Path) -> Path:
@@ -137,8 +138,9 @@ def _bars(study: Study, panels: list[tuple[str, str, float]], path: Path) -> Pat
     interval where the column has one; runs without numbers are labelled with their status."""
     runs = list(study.runs.index)
     ok = study.runs["status"] == OK
-    fig, axes = plt.subplots(1, len(panels), layout="constrained",
-                             figsize=(4 * len(panels), 0.9 + 0.38 * len(runs)))  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(panels), layout="constrained", figsize=(4 * len(panels), 0.9 + 0.38 * len(runs))
+    )
     y = np.arange(len(runs))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         values = [study.runs.at[r, column] / scale if ok[r] else np.nan for r in runs]
@@ -214,13 +216,22 @@ def accuracy_over_time(study: Study, path: Path) -> Path:
     for run in study.histories:
         history = pd.DataFrame(record.timed_history(study.metrics[run]))
         elapsed = (history["train_time_s"] + history["eval_time_s"]).cumsum()
-        ax.plot(elapsed, 100 * history["test_accuracy"], marker="o", markersize=3,
-                color=_color(study, run), label=run)  # fmt: skip
+        ax.plot(
+            elapsed,
+            100 * history["test_accuracy"],
+            marker="o",
+            markersize=3,
+            color=_color(study, run),
+            label=run,
+        )
     assert study.target_accuracy is not None  # drawn only for a study with a target
     target = 100 * study.target_accuracy
     ax.axhline(target, color="grey", linestyle=":", label=f"target {target:g}%")
-    ax.set(xlabel="training + evaluation time (s)", ylabel="test accuracy (%)",
-           title="Test accuracy against time")  # fmt: skip
+    ax.set(
+        xlabel="training + evaluation time (s)",
+        ylabel="test accuracy (%)",
+        title="Test accuracy against time",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return _save(fig, path)
@@ -240,8 +251,16 @@ def speedup(study: Study, path: Path) -> Path:
     for run, w in zip(ok.index, workers, strict=True):
         speedup = study.speedup(run)
         s, low, high = (1.0, 1.0, 1.0) if speedup is None else _bounds(speedup[1])
-        ax.errorbar(w, s, yerr=[[s - low], [high - s]], fmt="o", capsize=3, zorder=3,
-                    color=_color(study, run), label=f"{run}: {s:.2f}×")  # fmt: skip
+        ax.errorbar(
+            w,
+            s,
+            yerr=[[s - low], [high - s]],
+            fmt="o",
+            capsize=3,
+            zorder=3,
+            color=_color(study, run),
+            label=f"{run}: {s:.2f}×",
+        )
     ax.set(
         xlabel="workers (processes, or GPUs under DataParallel)",
         ylabel=f"speed-up over {study.baseline}"
@@ -269,8 +288,10 @@ def grid_heatmap(study: Study, path: Path) -> Path:
     nodes = sorted(runs["spec.nodes"].unique())
     procs = sorted(runs["spec.nproc_per_node"].unique())
     fig, axes = plt.subplots(1, 2, layout="constrained", figsize=(9, 1.2 + 1.1 * len(nodes)))
-    panels = (("samples_per_s", "samples/s (steady epochs)", 1.0, "viridis"),
-              ("test_accuracy", "test accuracy (%)", 0.01, "viridis"))  # fmt: skip
+    panels = (
+        ("samples_per_s", "samples/s (steady epochs)", 1.0, "viridis"),
+        ("test_accuracy", "test accuracy (%)", 0.01, "viridis"),
+    )
     for ax, (column, label, scale, cmap) in zip(axes, panels, strict=True):
         grid = np.full((len(nodes), len(procs)), np.nan)
         notes = {}
@@ -285,8 +306,16 @@ def grid_heatmap(study: Study, path: Path) -> Path:
         image = ax.imshow(grid, cmap=cmap, aspect="auto")
         for (i, j), _ in np.ndenumerate(grid):
             text = notes.get((i, j), "not run")
-            ax.text(j, i, text, ha="center", va="center", fontsize=10, color="black",
-                    bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none"})  # fmt: skip
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=10,
+                color="black",
+                bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none"},
+            )
         ax.set_xticks(range(len(procs)), [str(p) for p in procs])
         ax.set_yticks(range(len(nodes)), [str(n) for n in nodes])
         ax.set(xlabel="processes per node", ylabel="nodes", title=label)
@@ -304,8 +333,7 @@ def sweep(study: Study, path: Path) -> Path:
     fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 3.4))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         errors = [_ci95(study, run, column, scale) for run in ok.index]
-        ax.errorbar(x, ok[column].to_numpy(dtype=float) / scale, yerr=errors, marker="o",
-                    capsize=3)  # fmt: skip
+        ax.errorbar(x, ok[column].to_numpy(dtype=float) / scale, yerr=errors, marker="o", capsize=3)
         ax.set_xscale("log", base=2)
         ax.set_xticks(x, [f"{v:g}" for v in x])
         ax.set(xlabel=key, ylabel=label)
@@ -323,8 +351,13 @@ def generalization_gap(study: Study, path: Path) -> Path:
         color = _color(study, run)
         gap = 100 * (history["train_accuracy"] - history["test_accuracy"])
         gap_ax.plot(history["epoch"], gap, marker="o", color=color, label=run)
-        loss_ax.plot(history["epoch"], history["test_loss"] - history["train_loss"], marker="o",
-                     color=color, label=run)  # fmt: skip
+        loss_ax.plot(
+            history["epoch"],
+            history["test_loss"] - history["train_loss"],
+            marker="o",
+            color=color,
+            label=run,
+        )
         best = history[column].idxmin()
         loss_ax.axvline(history.at[best, "epoch"], color=color, alpha=0.25)
     gap_ax.axhline(0, color="grey", lw=0.8)
@@ -348,8 +381,9 @@ def comparison(study: Study, other: Study, path: Path) -> Path:
     shared = [r for r in study.runs.index if r in other.runs.index]
     fig, ax = plt.subplots(layout="constrained", figsize=(7, 3.6))
     x = np.arange(len(shared))
-    for offset, (s, color) in zip((-0.2, 0.2), ((other, "tab:blue"), (study, "tab:orange")),
-                                  strict=True):  # fmt: skip
+    for offset, (s, color) in zip(
+        (-0.2, 0.2), ((other, "tab:blue"), (study, "tab:orange")), strict=True
+    ):
         values = [
             s.runs.at[r, "samples_per_s"] if s.runs.at[r, "status"] == OK else np.nan
             for r in shared
@@ -358,8 +392,14 @@ def comparison(study: Study, other: Study, path: Path) -> Path:
         ax.bar(x + offset, values, yerr=errors, capsize=3, width=0.4, color=color, label=s.key)
         for xi, value, r in zip(x, values, shared, strict=True):
             text = f"{value:,.0f}" if not np.isnan(value) else s.runs.at[r, "status"]
-            ax.text(xi + offset, 0 if np.isnan(value) else value, text, ha="center",
-                    va="bottom", fontsize=8)  # fmt: skip
+            ax.text(
+                xi + offset,
+                0 if np.isnan(value) else value,
+                text,
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     ax.set_xticks(x, shared)
     ax.set(ylabel="samples/s (steady epochs)", title=f"{study.key} vs {other.key}")
     ax.grid(axis="y", alpha=0.3)
@@ -371,8 +411,12 @@ def study_figures(study: Study, other: Study | None, folder: Path) -> list[tuple
     """Every figure that fits this study, as (name, path); the name keys the caption."""
     if study.ok.empty:
         reasons = "; ".join(f"{r}: {row['reason']}" for r, row in study.runs.iterrows())
-        return [("no_results", notice(f"{study.title}: no run finished", reasons,
-                                      folder / "no_results.png"))]  # fmt: skip
+        return [
+            (
+                "no_results",
+                notice(f"{study.title}: no run finished", reasons, folder / "no_results.png"),
+            )
+        ]
     figures = [("overview", overview(study, folder / "overview.png"))]
     if study.histories:
         figures.append(("curves", overlay(study, folder / "curves.png")))

@@ -134,9 +134,10 @@ def _numbers(study: Study, run: str) -> list[str]:
     ok = row["status"] == OK
     return [
         cell(row.get(col), FORMATS[col], shown=ok, ci95=row.get(f"{col}_ci95"))
-        if ok else row["status"]
+        if ok
+        else row["status"]
         for col, _ in SHOWN
-    ]  # fmt: skip
+    ]
 
 
 def _against(study: Study, run: str, ref: Study) -> list[str]:
@@ -184,6 +185,37 @@ def conclusions(studies: dict[str, Study]) -> list[str]:
     return lines
 
 
+def _rows(
+    runs: list[str], studies: dict[str, Study], names: list[str]
+) -> tuple[list[list[Any]], list[str], dict[str, list[str]]]:
+    """One study's table rows, a run per folder that has it (each against the reference's
+    run, `names[0]`), the runs that differ from the reference's in their spec, and per folder
+    the runs it lacks."""
+    ref_name = names[0]
+    ref = studies.get(ref_name)
+    rows, different = [], []
+    absent: dict[str, list[str]] = {}  # folder -> the study's runs it lacks
+    for run in runs:
+        holders = [n for n, s in studies.items() if run in s.runs.index]
+        for name in names:
+            if name not in holders:
+                absent.setdefault(name, []).append(run)
+        for name in holders:
+            study = studies[name]
+            diff, against = [], ["", ""]
+            if ref is not None and name != ref_name and run in ref.runs.index:
+                diff = differences(ref.metrics[run], study.metrics[run])
+                against = _against(study, run, ref)
+                if diff:
+                    keys = ", ".join(diff)
+                    different.append(
+                        f"{run} on {name}: differs from {ref_name} in {keys} (not the same "
+                        "experiment)"
+                    )
+            rows.append([run, name, *_numbers(study, run), *against, ", ".join(diff)])
+    return rows, different, absent
+
+
 def compare(
     folders: list[Path],
     names: list[str] | None = None,
@@ -215,32 +247,7 @@ def compare(
             for name, ms in present.items()
         }
         runs = list(dict.fromkeys(m["run"] for ms in present.values() for m in ms))
-        rows, different = [], []
-        absent: dict[str, list[str]] = {}  # folder -> the study's runs it lacks
-        for run in runs:
-            holders = [n for n, s in studies.items() if run in s.runs.index]
-            for name in names:
-                if name not in holders:
-                    absent.setdefault(name, []).append(run)
-            ref = studies.get(ref_name)
-            for name in holders:
-                study = studies[name]
-                diff = []
-                if ref is not None and name != ref_name and run in ref.runs.index:
-                    diff = differences(ref.metrics[run], study.metrics[run])
-                    if diff:
-                        keys = ", ".join(diff)
-                        different.append(
-                            f"{run} on {name}: differs from {ref_name} in {keys} (not the same "
-                            "experiment)"
-                        )
-                against = (
-                    _against(study, run, ref)
-                    if ref is not None and name != ref_name and run in ref.runs.index
-                    else ["", ""]
-                )
-                rows.append([run, name, *_numbers(study, run), *against,
-                             ", ".join(diff)])  # fmt: skip
+        rows, different, absent = _rows(runs, studies, names)
         same = [n for n in studies if n in names]
         agree = conclusions({n: studies[n] for n in same}) if len(same) >= 2 else []
         only = [
@@ -249,23 +256,45 @@ def compare(
             else f"{name} has no run of this study"
             for name, lacking in absent.items()
         ]
-        sections.append({"key": key, "rows": rows, "only": only, "different": different,
-                         "conclusions": agree, "folders": same, "baseline": baseline,
-                         "baseline_source": source})  # fmt: skip
-    columns = ["run", "folder", *(h for _, h in SHOWN),
-               f"samples/s vs {ref_name} (> 1: faster)", f"test acc. vs {ref_name}",
-               "spec differs in"]  # fmt: skip
+        sections.append(
+            {
+                "key": key,
+                "rows": rows,
+                "only": only,
+                "different": different,
+                "conclusions": agree,
+                "folders": same,
+                "baseline": baseline,
+                "baseline_source": source,
+            }
+        )
+    columns = [
+        "run",
+        "folder",
+        *(h for _, h in SHOWN),
+        f"samples/s vs {ref_name} (> 1: faster)",
+        f"test acc. vs {ref_name}",
+        "spec differs in",
+    ]
     machines = {name: hosts([m for ms in by.values() for m in ms]) for name, by in loaded.items()}
-    return {"folders": dict(zip(names, map(str, folders), strict=True)), "reference": ref_name,
-            "columns": columns, "shown": len(SHOWN), "sections": sections,
-            "hosts": machines}  # fmt: skip
+    return {
+        "folders": dict(zip(names, map(str, folders), strict=True)),
+        "reference": ref_name,
+        "columns": columns,
+        "shown": len(SHOWN),
+        "sections": sections,
+        "hosts": machines,
+    }
 
 
 def render(result: dict[str, Any]) -> str:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True,
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-    )  # fmt: skip
+        loader=jinja2.FileSystemLoader(TEMPLATE.parent),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     return env.get_template(TEMPLATE.name).render(**result, css=CSS.read_text())
 
 
@@ -284,13 +313,21 @@ def write(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", type=Path, nargs="+", help="results folders, reference first")
-    parser.add_argument("-o", "--out", default="compare.html",
-                        help="the page to write; a folder (existing, or written with a "
-                             "trailing /) gets compare.html in it")  # fmt: skip
+    parser.add_argument(
+        "-o",
+        "--out",
+        default="compare.html",
+        help="the page to write; a folder (existing, or written with a "
+        "trailing /) gets compare.html in it",
+    )
     parser.add_argument("--names", nargs="+", help="a label per folder (default: its name)")
-    parser.add_argument("--config", type=Path, default=CONFIG,
-                        help="the config the folders were made with: each study's baseline "
-                             "where a folder keeps no report (default: %(default)s)")  # fmt: skip
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=CONFIG,
+        help="the config the folders were made with: each study's baseline "
+        "where a folder keeps no report (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     folder = args.out.endswith(("/", os.sep))  # (Path drops the slash that says "a folder")
     args.out = Path(args.out)
@@ -312,9 +349,10 @@ def main(argv: list[str] | None = None) -> int:
 def main_from_snakemake(snakemake: Any, log: Any) -> None:
     """Entry of the `compare` rule (workflow/scripts/compare_folders.py)."""
     result = write(
-        [Path(f) for f in snakemake.params.folders], Path(snakemake.output.html),
+        [Path(f) for f in snakemake.params.folders],
+        Path(snakemake.output.html),
         config=snakemake.config,
-    )  # fmt: skip
+    )
     for section in result["sections"]:
         for line in section["only"] + section["different"] + section["conclusions"]:
             print(f"{section['key']}: {line}", file=log)

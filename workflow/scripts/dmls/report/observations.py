@@ -365,13 +365,16 @@ def cpu_half_precision(study: Study) -> list[str]:
     lines = []
     probe = "the oneDNN probe of this host"  # (each record's host.cpu_half_precision)
     if in_fp16.any():
-        lines.append(cause(
-            f"{', '.join(cpu.index[in_fp16])}: {probe} found no fp16 kernel for this CPU (one "
-            "needs AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT), so PyTorch ran the fp16 layers on "
-            "ATen's reference kernels (convolutions: aten::_slow_conv2d_forward and _backward, "
-            "as bench/cpu_autocast.py profiled on another CPU): the time measures that "
-            "fallback, not fp16 arithmetic.", probe,
-        ))  # fmt: skip
+        lines.append(
+            cause(
+                f"{', '.join(cpu.index[in_fp16])}: {probe} found no fp16 kernel for this CPU (one "
+                "needs AVX512-FP16, AMX-FP16 or AVX-NE-CONVERT), so PyTorch ran the fp16 layers on "
+                "ATen's reference kernels (convolutions: aten::_slow_conv2d_forward and _backward, "
+                "as bench/cpu_autocast.py profiled on another CPU): the time measures that "
+                "fallback, not fp16 arithmetic.",
+                probe,
+            )
+        )
     if no_amx_fp16.any():
         lines.append(
             f"{', '.join(cpu.index[no_amx_fp16])}: this CPU has oneDNN fp16 kernels but no "
@@ -381,12 +384,14 @@ def cpu_half_precision(study: Study) -> list[str]:
             "profiled, so how much of fp16's time that is stays unexplained."
         )
     if in_bf16.any():
-        lines.append(cause(
-            f"{', '.join(cpu.index[in_bf16])}: the CPU flags of this host show no bf16 "
-            "instructions (AVX512-BF16, AMX-BF16 or AVX-NE-CONVERT), so oneDNN's bf16 kernels "
-            "convert to fp32 and back: bf16 saves no arithmetic here.",
-            "the CPU flags of this host",
-        ))  # fmt: skip
+        lines.append(
+            cause(
+                f"{', '.join(cpu.index[in_bf16])}: the CPU flags of this host show no bf16 "
+                "instructions (AVX512-BF16, AMX-BF16 or AVX-NE-CONVERT), so oneDNN's bf16 kernels "
+                "convert to fp32 and back: bf16 saves no arithmetic here.",
+                "the CPU flags of this host",
+            )
+        )
     return lines
 
 

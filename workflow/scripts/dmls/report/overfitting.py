@@ -47,9 +47,11 @@ def held_out_minimum(
             fall.append(rows[at[1]]["train_loss"] - rows[at[0]]["train_loss"])
     rose, fell = stats.change(rise), stats.change(fall)
     overfit = (
-        rose is not None and stats.finding(rose) == stats.MORE
-        and fell is not None and stats.finding(fell) == stats.LESS
-    )  # fmt: skip
+        rose is not None
+        and stats.finding(rose) == stats.MORE
+        and fell is not None
+        and stats.finding(fell) == stats.LESS
+    )
     return best, last, overfit, rose
 
 

@@ -235,8 +235,10 @@ def absent(entry: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         if settings is None:
             why = f"Not run: this folder's config has no special study {key}."
         elif not settings.get("enabled", True):
-            why = (f"Not run: this folder's config turns it off (special_studies.{key}.enabled: "
-                   "false).")  # fmt: skip
+            why = (
+                f"Not run: this folder's config turns it off (special_studies.{key}.enabled: "
+                "false)."
+            )
         else:
             why = f"Not run: no results of {key} were found in this folder."
     else:

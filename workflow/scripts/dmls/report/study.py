@@ -127,9 +127,16 @@ class Study:
         histories = {m["run"]: pd.DataFrame(m["history"]) for m in metrics if m["status"] == OK}
         numbers = {run: RunNumbers(m) for run, m in by_run.items()}
         return cls(
-            key, settings.get("title") or key, baseline, runs, histories, by_run, target, numbers,
+            key,
+            settings.get("title") or key,
+            baseline,
+            runs,
+            histories,
+            by_run,
+            target,
+            numbers,
             job_noise or {},
-        )  # fmt: skip
+        )
 
     @property
     def ok(self) -> pd.DataFrame:
@@ -279,10 +286,14 @@ class Study:
         layers = self.metrics[run]["layers"]
         total = sum(layer["parameters"] for layer in layers)
         rows = [
-            [layer["layer"], layer["kind"], " × ".join(map(str, layer["output_shape"])),
-             f"{layer['parameters']:,}" if layer["parameters"] else ""]
+            [
+                layer["layer"],
+                layer["kind"],
+                " × ".join(map(str, layer["output_shape"])),
+                f"{layer['parameters']:,}" if layer["parameters"] else "",
+            ]
             for layer in layers
-        ]  # fmt: skip
+        ]
         return {
             "run": run,
             "columns": ["layer", "kind", "output (one sample)", "parameters"],
@@ -505,11 +516,18 @@ def _load(ran: list[dict[str, Any]]) -> str:
     """What shared the host, as measured rather than as configured: the host's 1-minute load
     average as each run began against its cores, and how far apart one seed's steady epochs
     (identical work) ran, the most over the runs' seeds; empty where neither was recorded."""
-    loads = [m["launch"]["load_average_before"][0] for m in ran
-             if (m.get("launch") or {}).get("load_average_before")]  # fmt: skip
+    loads = [
+        m["launch"]["load_average_before"][0]
+        for m in ran
+        if (m.get("launch") or {}).get("load_average_before")
+    ]
     cores = {m["host"].get("cpu_count") for m in ran} - {None}
-    spreads = [max(e) / min(e) for m in ran for seed in m.get("seeds") or []
-               if len(e := record.steady_epochs(seed)) > 1 and min(e) > 0]  # fmt: skip
+    spreads = [
+        max(e) / min(e)
+        for m in ran
+        for seed in m.get("seeds") or []
+        if len(e := record.steady_epochs(seed)) > 1 and min(e) > 0
+    ]
     parts = []
     if loads:
         span = (

@@ -86,12 +86,18 @@ def study_row(s: dict[str, Any]) -> dict[str, Any]:
     seconds = s.get("wall_time_s")
     end = start + pd.Timedelta(seconds=seconds) if start is not None and seconds else None
     reserved = s.get("reserved") or {}
-    return {"job": f"study {s['study']}", "status": s["status"], "start": start, "end": end,
-            "machine": machine(s.get("host") or {}),
-            "gpu_ids": [str(g) for g in reserved.get("gpus", [])],
-            "gpus": len(reserved.get("gpus", [])),
-            "cores": len(reserved["cores"]) if reserved else s.get("threads"),
-            "waited_s": reserved.get("waited_s"), "seconds": seconds}  # fmt: skip
+    return {
+        "job": f"study {s['study']}",
+        "status": s["status"],
+        "start": start,
+        "end": end,
+        "machine": machine(s.get("host") or {}),
+        "gpu_ids": [str(g) for g in reserved.get("gpus", [])],
+        "gpus": len(reserved.get("gpus", [])),
+        "cores": len(reserved["cores"]) if reserved else s.get("threads"),
+        "waited_s": reserved.get("waited_s"),
+        "seconds": seconds,
+    }
 
 
 def from_results(results: Path) -> list[dict[str, Any]]:
@@ -127,10 +133,13 @@ def with_offsets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return []
     zero = min(r["start"] for r in timed)
     out = [
-        r | {"start_s": (r["start"] - zero).total_seconds(),
-             "end_s": (r["end"] - zero).total_seconds()}
+        r
+        | {
+            "start_s": (r["start"] - zero).total_seconds(),
+            "end_s": (r["end"] - zero).total_seconds(),
+        }
         for r in timed
-    ]  # fmt: skip
+    ]
     return sorted(out, key=lambda r: r["start_s"])
 
 
@@ -190,9 +199,16 @@ def figure(rows: list[dict[str, Any]]):
     for k, (ax, (start, end)) in enumerate(zip(axes, spans, strict=True)):
         for lane, r in bars:
             study = r["job"].startswith("study ")
-            ax.barh(names.index(lane), r["end_s"] - r["start_s"], left=r["start_s"], height=0.7,
-                    color="C1" if study else "C0", edgecolor="white", linewidth=0.5,
-                    hatch=None if r["status"] == "ok" else "//")  # fmt: skip
+            ax.barh(
+                names.index(lane),
+                r["end_s"] - r["start_s"],
+                left=r["start_s"],
+                height=0.7,
+                color="C1" if study else "C0",
+                edgecolor="white",
+                linewidth=0.5,
+                hatch=None if r["status"] == "ok" else "//",
+            )
         pad = 0.02 * (end - start) + 1.0
         ax.set_xlim(start - pad, end + pad)
         ax.grid(axis="x", alpha=0.3)
@@ -253,10 +269,15 @@ def beside(job: str, rows: list[dict[str, Any]]) -> str | None:
         return None
     start, end = mine["start"], mine["end"]
     others = [
-        (max(o["start"], start), min(o["end"], end)) for o in rows
-        if o is not mine and o.get("start") is not None and o.get("end") is not None
-        and o["status"] != "skipped" and o["start"] < end and start < o["end"]
-    ]  # fmt: skip
+        (max(o["start"], start), min(o["end"], end))
+        for o in rows
+        if o is not mine
+        and o.get("start") is not None
+        and o.get("end") is not None
+        and o["status"] != "skipped"
+        and o["start"] < end
+        and start < o["end"]
+    ]
     if not others:
         return "no other job of this DAG ran meanwhile"
     covered, reach = pd.Timedelta(0), start

@@ -65,12 +65,15 @@ def _digits(comparison: Comparison, scale: float, digits: int, most: int) -> int
     way = comparison.finding
     null = comparison.null * scale
     while digits < most:
-        low, value, high = (round(v * scale, digits) for v in
-                            (comparison.low, comparison.value, comparison.high))  # fmt: skip
+        low, value, high = (
+            round(v * scale, digits) for v in (comparison.low, comparison.value, comparison.high)
+        )
         apart = comparison.low == comparison.high or len({low, value, high}) == 3
         if way == NO_EFFECT:  # an end reads as the null only where it is the null
-            sided = all(end != null or exact * scale == null for end, exact in
-                        ((low, comparison.low), (high, comparison.high)))  # fmt: skip
+            sided = all(
+                end != null or exact * scale == null
+                for end, exact in ((low, comparison.low), (high, comparison.high))
+            )
         else:
             sided = value != null and (low > null if way == MORE else high < null)
         if apart and sided:
@@ -163,8 +166,9 @@ def fmt_num(x: float) -> str:
     """Three significant digits, in positional notation: '0.247', '68.7', '1,600'."""
     if abs(x) >= 100:
         return f"{x:,.0f}"
-    return minus(np.format_float_positional(x, precision=3, unique=False, fractional=False,
-                                            trim="-"))  # fmt: skip
+    return minus(
+        np.format_float_positional(x, precision=3, unique=False, fractional=False, trim="-")
+    )
 
 
 def fmt_mean(row: dict[str, Any], mean: str, ci95: str) -> str:

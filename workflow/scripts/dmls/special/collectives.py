@@ -115,8 +115,7 @@ def _time_op(op: str, size: int, world: int, device: torch.device, cfg: dict) ->
     return statistics.median(times)
 
 
-def _worker(world: int, backend: str, device_type: str, cfg: dict, out: str,
-            reports: str) -> None:  # fmt: skip
+def _worker(world: int, backend: str, device_type: str, cfg: dict, out: str, reports: str) -> None:
     """One rank of a sweep (a process of its own, started by `sweep` through torchrun); rank 0
     writes the timings to `out`, a rank that fails its error to
     `reports`."""
@@ -124,15 +123,17 @@ def _worker(world: int, backend: str, device_type: str, cfg: dict, out: str,
         _time_every_op(rank, world, backend, device_type, cfg, out)
 
 
-def _time_every_op(rank: int, world: int, backend: str, device_type: str, cfg: dict,
-                   out: str) -> None:  # fmt: skip
+def _time_every_op(
+    rank: int, world: int, backend: str, device_type: str, cfg: dict, out: str
+) -> None:
     torch.set_num_threads(1)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(device_type, local_rank) if device_type == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            device_id=device if backend == "nccl" else None)  # fmt: skip
+    dist.init_process_group(
+        backend, rank=rank, world_size=world, device_id=device if backend == "nccl" else None
+    )
     results: list[dict[str, Any]] = []
     try:
         for op in OPS:
@@ -148,8 +149,9 @@ def _time_every_op(rank: int, world: int, backend: str, device_type: str, cfg: d
         Path(out).write_text(json.dumps(results))
 
 
-def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path,
-          placement: str = "host") -> list[dict[str, Any]]:  # fmt: skip
+def sweep(
+    backend: str, device: str, world: int, cfg: dict, out_dir: Path, placement: str = "host"
+) -> list[dict[str, Any]]:
     """One setup's rows: every collective and size, timed by `world` ranks started as a
     training run's are (special/ranks.py): by one torchrun agent on this host, by one per
     emulated node, or one per Slurm node of an srun step (`placement`). A failed setup's folder
@@ -161,9 +163,14 @@ def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path,
     nodes = 1 if placement == "host" else 2
     try:
         ranks.run(
-            __name__, [json.dumps(args)], name=f"collectives.{setup}", folder=folder,
-            nodes=nodes, nproc_per_node=world // nodes, srun=placement == "slurm",
-        )  # fmt: skip
+            __name__,
+            [json.dumps(args)],
+            name=f"collectives.{setup}",
+            folder=folder,
+            nodes=nodes,
+            nproc_per_node=world // nodes,
+            srun=placement == "slurm",
+        )
     except ranks.RanksFailed as e:
         raise ranks.RanksFailed(
             f"the {backend} sweep on {device} tensors ({PLACEMENTS[placement]}): {e}"
@@ -172,18 +179,34 @@ def sweep(backend: str, device: str, world: int, cfg: dict, out_dir: Path,
     for r in json.loads(raw.read_text()):
         if "error" in r:
             reason = f"{backend} can't run it on {device} tensors: {r['error']}"
-            rows.append({"backend": backend, "device": device, "placement": placement,
-                         "op": r["op"], "processes": world, "status": "skipped",
-                         "reason": reason})  # fmt: skip
+            rows.append(
+                {
+                    "backend": backend,
+                    "device": device,
+                    "placement": placement,
+                    "op": r["op"],
+                    "processes": world,
+                    "status": "skipped",
+                    "reason": reason,
+                }
+            )
             continue
         algbw = r["size_bytes"] / r["seconds"] / 1e9
-        rows.append({
-            "backend": backend, "device": device, "placement": placement, "op": r["op"],
-            "processes": world,
-            "size_bytes": r["size_bytes"], "status": "ok", "reason": None,
-            "latency_us": 1e6 * r["seconds"], "algbw_gb_s": algbw,
-            "busbw_gb_s": algbw * BUS_FACTOR[r["op"]](world),
-        })  # fmt: skip
+        rows.append(
+            {
+                "backend": backend,
+                "device": device,
+                "placement": placement,
+                "op": r["op"],
+                "processes": world,
+                "size_bytes": r["size_bytes"],
+                "status": "ok",
+                "reason": None,
+                "latency_us": 1e6 * r["seconds"],
+                "algbw_gb_s": algbw,
+                "busbw_gb_s": algbw * BUS_FACTOR[r["op"]](world),
+            }
+        )
     raw.unlink()
     return rows
 
@@ -219,8 +242,13 @@ def no_slurm_nodes() -> str | None:
             )
         return None
     try:
-        out = subprocess.run(["sinfo", "--noheader", "--format", "%D"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            ["sinfo", "--noheader", "--format", "%D"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return f"Slurm does not answer (sinfo: {e})"
     nodes = sum(int(n) for n in out.split() if n.isdigit())
@@ -269,20 +297,41 @@ def _figure(rows: list[dict[str, Any]], gradient_bytes: int):
     counts = sorted({r["processes"] for r in ok})
     for ax, op in zip(axes, OPS, strict=True):
         for (i, setup), (j, n) in itertools.product(enumerate(setups), enumerate(counts)):
-            mine = sorted((r for r in ok if (r["backend"], r["device"], r["placement"]) == setup
-                           and r["processes"] == n and r["op"] == op),
-                          key=lambda r: r["size_bytes"])  # fmt: skip
+            mine = sorted(
+                (
+                    r
+                    for r in ok
+                    if (r["backend"], r["device"], r["placement"]) == setup
+                    and r["processes"] == n
+                    and r["op"] == op
+                ),
+                key=lambda r: r["size_bytes"],
+            )
             if not mine:
                 continue
             where = "" if setup[2] == "host" else f", {PLACEMENTS[setup[2]]}"
             label = f"{setup[0]}, {setup[1]}, {n} processes{where}"
-            ax.plot([r["size_bytes"] for r in mine], [r["busbw_gb_s"] for r in mine],
-                    marker="o", markersize=3, color=f"C{i}", label=label,
-                    linestyle=("-", "--", ":", "-.")[j % 4])  # fmt: skip
+            ax.plot(
+                [r["size_bytes"] for r in mine],
+                [r["busbw_gb_s"] for r in mine],
+                marker="o",
+                markersize=3,
+                color=f"C{i}",
+                label=label,
+                linestyle=("-", "--", ":", "-.")[j % 4],
+            )
         for x, what in ((gradient_bytes, "CNN gradient"), (DDP_BUCKET_BYTES, "DDP bucket")):
             ax.axvline(x, color="grey", linestyle=":", linewidth=1)
-            ax.text(x, 0.98, what, rotation=90, ha="right", va="top", fontsize=7,
-                    transform=ax.get_xaxis_transform())  # fmt: skip
+            ax.text(
+                x,
+                0.98,
+                what,
+                rotation=90,
+                ha="right",
+                va="top",
+                fontsize=7,
+                transform=ax.get_xaxis_transform(),
+            )
         ax.set(xscale="log", yscale="log", title=op.replace("_", "-"), xlabel="message (bytes)")
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("bus bandwidth (GB/s)")
@@ -297,19 +346,40 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
         backend, device, placement = (setup + "-host").split("-")[:3]
         reason = unavailable(backend, device, world, placement)
         if reason is not None:
-            rows.append({"backend": backend, "device": device, "placement": placement,
-                         "op": "all", "processes": world, "status": "skipped",
-                         "reason": reason})  # fmt: skip
+            rows.append(
+                {
+                    "backend": backend,
+                    "device": device,
+                    "placement": placement,
+                    "op": "all",
+                    "processes": world,
+                    "status": "skipped",
+                    "reason": reason,
+                }
+            )
             continue
-        log.info("sweeping %s on %s tensors, %d processes, %s", backend, device, world,
-                 PLACEMENTS[placement])  # fmt: skip
+        log.info(
+            "sweeping %s on %s tensors, %d processes, %s",
+            backend,
+            device,
+            world,
+            PLACEMENTS[placement],
+        )
         try:
             rows += sweep(backend, device, world, cfg, out_dir, placement)
         except ranks.RanksFailed as e:  # the other setups' rows are kept
             log.error("%s", e)
-            rows.append({"backend": backend, "device": device, "placement": placement,
-                         "op": "all", "processes": world, "status": "failed",
-                         "reason": str(e)})  # fmt: skip
+            rows.append(
+                {
+                    "backend": backend,
+                    "device": device,
+                    "placement": placement,
+                    "op": "all",
+                    "processes": world,
+                    "status": "failed",
+                    "reason": str(e),
+                }
+            )
     model = course_gradient(cfg)
     gradient = model["bytes"]
     write_csv(out_dir / "collectives.csv", rows, COLUMNS)

@@ -51,8 +51,10 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
         mine = [r for r in rows if tuple(r[k] for k in key) == setup and r["processes"] == n]
         if not mine:  # swept at other numbers of processes only
             continue
-        timed = sorted((r for r in mine if r["status"] == OK and r["op"] == "all_reduce"),
-                       key=lambda r: r["size_bytes"])  # fmt: skip
+        timed = sorted(
+            (r for r in mine if r["status"] == OK and r["op"] == "all_reduce"),
+            key=lambda r: r["size_bytes"],
+        )
         name = _setup(*setup)
         if not timed:
             bad = [r for r in mine if r["op"] in ("all_reduce", "all")] or mine
@@ -65,8 +67,11 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
             f"{fmt_num(large['busbw_gb_s'])} GB/s at {fmt_size(large['size_bytes'])}"
         )
     model = summary.get("gradient_model")
-    of = f": {model['parameters']:,} parameters, built for {data_name(model['dataset'])}" if (
-        model) else ""  # fmt: skip
+    of = (
+        f": {model['parameters']:,} parameters, built for {data_name(model['dataset'])}"
+        if (model)
+        else ""
+    )
     facts = {
         "processes": str(n),
         "setups": join("; ", clauses),
@@ -83,8 +88,12 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     facts["size"] = fmt_size(size)
     for device, latencies in gloo.items():
         if not latencies or size not in latencies:
-            mine = [r for r in rows if (r["backend"], r["device"], r["placement"])
-                    == ("gloo", device, "host") and r["processes"] == n]  # fmt: skip
+            mine = [
+                r
+                for r in rows
+                if (r["backend"], r["device"], r["placement"]) == ("gloo", device, "host")
+                and r["processes"] == n
+            ]
             why = skip_reason(mine) if not latencies else f"it did not time {fmt_size(size)}"
             facts[f"gloo_{device}"] = not_measured(why)
             continue

@@ -212,8 +212,9 @@ def train(
             epoch += 1
             train_loss = losses.item() / seen
             if steps is None:
-                log.info("%s epoch %d/%d: train loss %.4f", mode.title, epoch, cfg["epochs"],
-                         train_loss)  # fmt: skip
+                log.info(
+                    "%s epoch %d/%d: train loss %.4f", mode.title, epoch, cfg["epochs"], train_loss
+                )
         accuracy = _accuracy(model, x_test, y_test) if steps is None else None
     times = timer.totals()
     timed_steps = max(0, step - timed_from) if timed_from is not None else 0
@@ -344,8 +345,17 @@ def _repeat_modes(
         for order, name in enumerate(turns):
             what = f"repeat {repeat + 1}/{cfg['repeats']}"
             model = copy.deepcopy(baseline)
-            result = _train_mode(depth, name, model, tensors, cfg, what, seed=cfg["seed"],
-                                 steps=steps, timed_from=cfg["warmup_steps"])  # fmt: skip
+            result = _train_mode(
+                depth,
+                name,
+                model,
+                tensors,
+                cfg,
+                what,
+                seed=cfg["seed"],
+                steps=steps,
+                timed_from=cfg["warmup_steps"],
+            )
             measured[name].append(result | {"repeat": repeat, "order": order})
     return measured
 
@@ -363,8 +373,7 @@ def _accuracy_trainings(
             if trained[name] and trained[name][-1]["status"] != "ok":
                 continue
             what = f"accuracy seed {seed} ({k + 1}/{cfg['accuracy_seeds']})"
-            result = _train_mode(depth, name, copy.deepcopy(weights), tensors, cfg, what,
-                                 seed=seed)  # fmt: skip
+            result = _train_mode(depth, name, copy.deepcopy(weights), tensors, cfg, what, seed=seed)
             trained[name].append(result | {"seed": seed, "epochs": cfg["epochs"]})
     return trained
 
@@ -375,10 +384,11 @@ def _summarise(timed: list[dict[str, Any]], trained: list[dict[str, Any]] | None
     the row failed where either part failed."""
     failed = [r for r in (timed[-1:] + (trained or [])[-1:]) if r["status"] != "ok"]
     first = timed[0]
-    row: dict[str, Any] = {k: first.get(k) for k in ("device_name", "fused_layers",
-                                                     "timed_steps")}  # fmt: skip
-    row |= {"status": "failed" if failed else "ok",
-            "reason": "; ".join(r["reason"] for r in failed) or None}  # fmt: skip
+    row: dict[str, Any] = {k: first.get(k) for k in ("device_name", "fused_layers", "timed_steps")}
+    row |= {
+        "status": "failed" if failed else "ok",
+        "reason": "; ".join(r["reason"] for r in failed) or None,
+    }
     ok = [r for r in timed if r["status"] == "ok"]
     row["repeats"] = len(ok)
     for key in ("forward_ms", "backward_ms"):
@@ -391,11 +401,14 @@ def _summarise(timed: list[dict[str, Any]], trained: list[dict[str, Any]] | None
         return row | {"accuracy_reason": TIMED_ONLY}
     done = [r for r in trained if r["status"] == "ok"]
     estimate = stats.mean_interval([r["test_accuracy"] for r in done])
-    row |= {"accuracy_seeds": len(done), "epochs": done[0]["epochs"] if done else None,
-            "steps": done[0]["steps"] if done else None,
-            "train_loss": float(np.mean([r["train_loss"] for r in done])) if done else None,
-            "test_accuracy": None if estimate is None else estimate.mean,
-            "test_accuracy_ci95": None if estimate is None else estimate.half_width}  # fmt: skip
+    row |= {
+        "accuracy_seeds": len(done),
+        "epochs": done[0]["epochs"] if done else None,
+        "steps": done[0]["steps"] if done else None,
+        "train_loss": float(np.mean([r["train_loss"] for r in done])) if done else None,
+        "test_accuracy": None if estimate is None else estimate.mean,
+        "test_accuracy_ci95": None if estimate is None else estimate.half_width,
+    }
     if not done:
         row["accuracy_reason"] = trained[-1]["reason"]
     return row
@@ -419,18 +432,27 @@ def verdicts(
             return [r[key] for r in table if (r["depth"], r["mode"]) == (depth, mode)]
 
         vs_cudnn = {
-            mode: {part: _against_cudnn(rows, repeat_rows, depth, mode, part)
-                   for part in ("forward", "backward")}
-            for mode in modes if mode != "cudnn"
-        }  # fmt: skip
+            mode: {
+                part: _against_cudnn(rows, repeat_rows, depth, mode, part)
+                for part in ("forward", "backward")
+            }
+            for mode in modes
+            if mode != "cudnn"
+        }
         percent = {m: [100 * a for a in values(m, "test_accuracy", accuracy_rows)] for m in modes}
         accuracy = {}
         for mode in modes:
             estimate = stats.mean_interval(percent[mode])
-            accuracy[mode] = None if estimate is None else {
-                "mean": estimate.mean, "low": estimate.low, "high": estimate.high,
-                "n": estimate.n,
-            }  # fmt: skip
+            accuracy[mode] = (
+                None
+                if estimate is None
+                else {
+                    "mean": estimate.mean,
+                    "low": estimate.low,
+                    "high": estimate.high,
+                    "n": estimate.n,
+                }
+            )
         points = stats.difference(percent.get("fused", []), percent.get("cudnn", []))
         by_depth[str(depth)] = {
             "vs_cudnn": vs_cudnn,
@@ -450,24 +472,32 @@ def _against_cudnn(
     repeat where both were timed (they took turns in it), with its interval (SPEEDUP_CONVENTION);
     why not, where a side has no time."""
     times = {
-        m: {r["repeat"]: r[f"{part}_ms"] for r in repeat_rows
-            if (r["depth"], r["mode"]) == (depth, m) and r.get(f"{part}_ms")}
+        m: {
+            r["repeat"]: r[f"{part}_ms"]
+            for r in repeat_rows
+            if (r["depth"], r["mode"]) == (depth, m) and r.get(f"{part}_ms")
+        }
         for m in ("cudnn", mode)
-    }  # fmt: skip
+    }
     common = sorted(set(times["cudnn"]) & set(times[mode]))
     cudnn, other = [times["cudnn"][k] for k in common], [times[mode][k] for k in common]
     result = stats.paired_ratio(cudnn, other) if common else None
     if result is None:
         failed = [
-            f"{r['mode']}: {r['status']} ({r['reason']})" for r in rows
+            f"{r['mode']}: {r['status']} ({r['reason']})"
+            for r in rows
             if r["depth"] == depth and r["mode"] in ("cudnn", mode) and r["status"] != "ok"
-        ]  # fmt: skip
+        ]
         return {"reason": "; ".join(failed) or f"cudnn or {mode} has no {part} time"}
     return {
-        "value": result.value, "low": result.low, "high": result.high,
-        "within_noise": result.within_noise, "n": result.n_a,
-        "cudnn_ms": stats.geometric_mean(cudnn), "mode_ms": stats.geometric_mean(other),
-    }  # fmt: skip
+        "value": result.value,
+        "low": result.low,
+        "high": result.high,
+        "within_noise": result.within_noise,
+        "n": result.n_a,
+        "cudnn_ms": stats.geometric_mean(cudnn),
+        "mode_ms": stats.geometric_mean(other),
+    }
 
 
 def _train_mode(
@@ -510,8 +540,14 @@ def _figure(rows: list[dict[str, Any]], depths: list[int], modes: list[str]):
                 text = f"acc {r['test_accuracy']:.1%}"
             else:
                 text = "timed only"
-            ax.annotate(text, (x, 1.01), xycoords=("data", "axes fraction"), ha="center",
-                        va="bottom", fontsize=8)  # fmt: skip
+            ax.annotate(
+                text,
+                (x, 1.01),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         if math.isfinite(shortest):  # bars start at 0, which a log axis can't show
             ax.set_yscale("log")
             ax.set_ylim(bottom=shortest / 3)

@@ -71,8 +71,9 @@ class Measured:
             skipped = [r for r in pair if r["status"] != OK]
             why = skip_reason(skipped) if skipped else entry.get("reason")
             return not_measured(why or f"cuDNN or {mode} did not run")
-        ratio = quantities.Comparison(entry["value"], entry["low"], entry["high"], entry["n"],
-                                      entry["n"], 1.0)  # fmt: skip
+        ratio = quantities.Comparison(
+            entry["value"], entry["low"], entry["high"], entry["n"], entry["n"], 1.0
+        )
         # The other mode's time first, as every "run vs reference" pair is written.
         means = f"{_ms(entry['mode_ms'])} vs {_ms(entry['cudnn_ms'])} ms per step"
         return Ratio.of(ratio, means, "repeat").phrase("faster", "slower")
@@ -80,8 +81,11 @@ class Measured:
     def others(self, depth: int) -> Phrase:
         """The course's two other baselines against cuDNN: cuDNN off, and the CPU (where cuDNN
         itself did not run, why, once)."""
-        if not any(r["status"] == OK for r in self.rows
-                   if int(r["depth"]) == depth and r["mode"] == "cudnn"):  # fmt: skip
+        if not any(
+            r["status"] == OK
+            for r in self.rows
+            if int(r["depth"]) == depth and r["mode"] == "cudnn"
+        ):
             cudnn = [r for r in self.rows if int(r["depth"]) == depth and r["mode"] == "cudnn"]
             return "cuDNN off and the CPU " + not_measured(
                 skip_reason(cudnn) or "cuDNN did not run"
@@ -113,15 +117,20 @@ class Measured:
             parts.append(f"{mode} {estimate['mean']:.1f}%{half}")
         if not parts:  # why the modes trained for accuracy (not the timed only) have none
             wanted = [
-                r for r in self.rows
+                r
+                for r in self.rows
                 if int(r["depth"]) == depth and r["status"] != OK and not _timed_only(r)
-            ]  # fmt: skip
+            ]
             return not_measured(skip_reason(wanted) or "no accuracy training finished")
         if points := block.get("fused_minus_cudnn_points"):
             difference = quantities.Comparison(
-                points["value"] / 100, _fraction(points["low"]), _fraction(points["high"]),
-                points["n_fused"], points["n_cudnn"], 0.0,
-            )  # fmt: skip
+                points["value"] / 100,
+                _fraction(points["low"]),
+                _fraction(points["high"]),
+                points["n_fused"],
+                points["n_cudnn"],
+                0.0,
+            )
             parts.append(f"fused − cuDNN {points_text(difference)}")
         return "; ".join(parts)
 

@@ -87,8 +87,12 @@ def prepare(mode: str, model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, di
     """What runs the forward in `mode`, and what was captured (the capture itself is timed
     with the first call)."""
     if mode == "eager":
-        return model, {"graphs": 0, "graph_breaks": 0, "ops": None,
-                       "captured": "nothing: each op runs as Python reaches it"}  # fmt: skip
+        return model, {
+            "graphs": 0,
+            "graph_breaks": 0,
+            "ops": None,
+            "captured": "nothing: each op runs as Python reaches it",
+        }
     if mode == "compile":
         torch._dynamo.reset()  # nothing compiled before counts
         explained = torch._dynamo.explain(model)(x)
@@ -170,15 +174,20 @@ def measure_device(modes: list[str], device: torch.device, cfg: dict[str, Any]) 
     for mode, repeats in timed.items():
         steady = mean_interval([ms for ms, _, _ in repeats])
         assert steady is not None  # repeats ≥ 1 (the schema), each a finite median
-        rows.append({
-            "status": "ok", "reason": None, "mode": mode,
-            "first_call_s": built[mode].first_call_s,
-            "steady_step_ms": steady.mean, "steady_step_ms_ci95": steady.half_width,
-            "repeats": [ms for ms, _, _ in repeats],
-            "repeat_started_s": [t for _, t, _ in repeats],
-            "repeat_position": [p for _, _, p in repeats],
-            **built[mode].captured,
-        })  # fmt: skip
+        rows.append(
+            {
+                "status": "ok",
+                "reason": None,
+                "mode": mode,
+                "first_call_s": built[mode].first_call_s,
+                "steady_step_ms": steady.mean,
+                "steady_step_ms_ci95": steady.half_width,
+                "repeats": [ms for ms, _, _ in repeats],
+                "repeat_started_s": [t for _, t, _ in repeats],
+                "repeat_position": [p for _, _, p in repeats],
+                **built[mode].captured,
+            }
+        )
     return rows
 
 
@@ -204,20 +213,43 @@ def data_dependent(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     error = _export_error(branchy, x)
     cond = torch.export.export(BranchyCond(), (x,))
     return [
-        {"model": "if h.sum() > 0", "capture": "eager", "outcome": "runs",
-         "graphs": 0, "graph_breaks": 0, "ops": None,
-         "detail": "Python evaluates the condition each step and takes one branch"},
-        {"model": "if h.sum() > 0", "capture": "torch.compile", "outcome": "graph break",
-         "graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,
-         "ops": explained.op_count,
-         "detail": f"torch._dynamo.explain: {reasons} (the branch needs the tensor's value)"},
-        {"model": "if h.sum() > 0", "capture": "torch.export",
-         "outcome": "refused" if error else "exported", "graphs": 0 if error else 1,
-         "graph_breaks": None, "ops": None, "detail": error or "exported"},
-        {"model": "torch.cond(h.sum() > 0, ...)", "capture": "torch.export",
-         "outcome": "exported", "graphs": 1, "graph_breaks": 0, "ops": _ops(cond.graph),
-         "detail": "both branches are subgraphs of the one graph; the device picks one"},
-    ]  # fmt: skip
+        {
+            "model": "if h.sum() > 0",
+            "capture": "eager",
+            "outcome": "runs",
+            "graphs": 0,
+            "graph_breaks": 0,
+            "ops": None,
+            "detail": "Python evaluates the condition each step and takes one branch",
+        },
+        {
+            "model": "if h.sum() > 0",
+            "capture": "torch.compile",
+            "outcome": "graph break",
+            "graphs": explained.graph_count,
+            "graph_breaks": explained.graph_break_count,
+            "ops": explained.op_count,
+            "detail": f"torch._dynamo.explain: {reasons} (the branch needs the tensor's value)",
+        },
+        {
+            "model": "if h.sum() > 0",
+            "capture": "torch.export",
+            "outcome": "refused" if error else "exported",
+            "graphs": 0 if error else 1,
+            "graph_breaks": None,
+            "ops": None,
+            "detail": error or "exported",
+        },
+        {
+            "model": "torch.cond(h.sum() > 0, ...)",
+            "capture": "torch.export",
+            "outcome": "exported",
+            "graphs": 1,
+            "graph_breaks": 0,
+            "ops": _ops(cond.graph),
+            "detail": "both branches are subgraphs of the one graph; the device picks one",
+        },
+    ]
 
 
 def observations(rows: list[dict[str, Any]], control: list[dict[str, Any]]) -> list[str]:
@@ -258,16 +290,33 @@ def _figure(rows: list[dict[str, Any]]):
             if row["status"] != "ok":
                 for ax in (first_ax, step_ax):
                     where = ax.get_xaxis_transform()  # x in data, y in axes fractions
-                    ax.text(x, 0.02, f"{device}\n{row['status']}", ha="center", va="bottom",
-                            fontsize=7, rotation=90, transform=where)  # fmt: skip
+                    ax.text(
+                        x,
+                        0.02,
+                        f"{device}\n{row['status']}",
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        rotation=90,
+                        transform=where,
+                    )
                 continue
             color = f"C{i}"
             first_ax.bar(x, row["first_call_s"], width, color=color, label=label)
             half = row["steady_step_ms_ci95"]
-            step_ax.bar(x, row["steady_step_ms"], width, color=color, label=label,
-                        yerr=None if half is None else half, capsize=3)  # fmt: skip
-    for ax, title, unit in ((first_ax, "First call (capture included)", "s"),
-                            (step_ax, "Steady training step (95% interval)", "ms")):  # fmt: skip
+            step_ax.bar(
+                x,
+                row["steady_step_ms"],
+                width,
+                color=color,
+                label=label,
+                yerr=None if half is None else half,
+                capsize=3,
+            )
+    for ax, title, unit in (
+        (first_ax, "First call (capture included)", "s"),
+        (step_ax, "Steady training step (95% interval)", "ms"),
+    ):
         ax.set_xticks([k + width * (len(devices) - 1) / 2 for k in range(len(MODES))], MODES)
         ax.set(title=title, ylabel=unit, xlim=(-0.5, len(MODES) - 0.5 + width))
         ax.grid(axis="y", alpha=0.3)
@@ -290,13 +339,22 @@ def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[s
     rows = []
     for device in cfg["devices"]:
         if device == "cuda" and not torch.cuda.is_available():
-            rows += [{"device": device, "mode": mode, "status": "skipped",
-                      "reason": "no CUDA device on this host"} for mode in MODES]  # fmt: skip
+            rows += [
+                {
+                    "device": device,
+                    "mode": mode,
+                    "status": "skipped",
+                    "reason": "no CUDA device on this host",
+                }
+                for mode in MODES
+            ]
             continue
         warm_up(torch.device(device), cfg)
         log.info("measuring %s on %s, taking turns", ", ".join(MODES), device)
-        rows += [{"device": device} | row
-                 for row in measure_device(list(MODES), torch.device(device), cfg)]  # fmt: skip
+        rows += [
+            {"device": device} | row
+            for row in measure_device(list(MODES), torch.device(device), cfg)
+        ]
     control = data_dependent(cfg)
     table = [{k: v for k, v in r.items() if k not in PER_REPEAT} for r in rows]
     write_csv(out_dir / "results.csv", table, RESULT_COLUMNS)

@@ -37,9 +37,11 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
     if not control:
         raise NotMeasured("the study recorded no control-flow capture")
     for key, capture, model in (
-        ("branch_eager", "eager", "if"), ("branch_compile", "torch.compile", "if"),
-        ("branch_export", "torch.export", "if"), ("branch_cond", "torch.export", "torch.cond"),
-    ):  # fmt: skip
+        ("branch_eager", "eager", "if"),
+        ("branch_compile", "torch.compile", "if"),
+        ("branch_export", "torch.export", "if"),
+        ("branch_cond", "torch.export", "torch.cond"),
+    ):
         row = next(
             (c for c in control if c["capture"] == capture and c["model"].startswith(model)), None
         )

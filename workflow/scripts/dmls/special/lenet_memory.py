@@ -157,12 +157,23 @@ def activation_table(model: LeNet5) -> list[dict[str, Any]]:
         for b, block in enumerate(layer_blocks(model), start=1):
             for layer in block:
                 x = layer(x)
-                kind = ("view" if isinstance(layer, nn.Flatten) else
-                        "conv/linear" if isinstance(layer, nn.Conv2d | nn.Linear) else
-                        "activation" if isinstance(layer, tuple(ACTIVATIONS.values())) else
-                        "pooling")  # fmt: skip
-                rows.append({"tensor": f"{type(layer).__name__} (block {b})", "kind": kind,
-                             "block": b, "shape": tuple(x.shape[1:])})  # fmt: skip
+                kind = (
+                    "view"
+                    if isinstance(layer, nn.Flatten)
+                    else "conv/linear"
+                    if isinstance(layer, nn.Conv2d | nn.Linear)
+                    else "activation"
+                    if isinstance(layer, tuple(ACTIVATIONS.values()))
+                    else "pooling"
+                )
+                rows.append(
+                    {
+                        "tensor": f"{type(layer).__name__} (block {b})",
+                        "kind": kind,
+                        "block": b,
+                        "shape": tuple(x.shape[1:]),
+                    }
+                )
     for i, row in enumerate(rows):
         last_of_block = i + 1 < len(rows) and rows[i + 1]["block"] != row["block"]
         row["elements_per_sample"] = math.prod(row["shape"])
@@ -187,9 +198,13 @@ def activation_elements(table: list[dict[str, Any]], recompute: str) -> tuple[in
 
 
 def estimate(
-    parameters: int, table: list[dict[str, Any]], optimizer: str, precision: str,
-    recompute: str, batch_size: int,
-) -> dict[str, Any]:  # fmt: skip
+    parameters: int,
+    table: list[dict[str, Any]],
+    optimizer: str,
+    precision: str,
+    recompute: str,
+    batch_size: int,
+) -> dict[str, Any]:
     """The closed-form training memory of one combination, by component, in bytes."""
     width = PRECISION_BYTES[precision]
     kept, working = activation_elements(table, recompute)
@@ -237,8 +252,11 @@ class CpuMeter:
             for e in events
             if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
         )
-        timeline += [(e["ts"], 0, e["name"][5:]) for e in events
-                     if str(e.get("name", "")).startswith("mark:")]  # fmt: skip
+        timeline += [
+            (e["ts"], 0, e["name"][5:])
+            for e in events
+            if str(e.get("name", "")).startswith("mark:")
+        ]
         in_use, peak, marks = 0, 0, {}
         for _, is_memory, value in sorted(timeline, key=lambda t: t[:2]):
             if is_memory:
@@ -378,8 +396,13 @@ def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[s
     rows: list[dict[str, Any]] = []
     for device_name in ("cpu", "cuda"):
         for combo in combos:
-            row = dict(zip(("device", "optimizer", "precision", "recompute"), (device_name, *combo),
-                           strict=True))  # fmt: skip
+            row = dict(
+                zip(
+                    ("device", "optimizer", "precision", "recompute"),
+                    (device_name, *combo),
+                    strict=True,
+                )
+            )
             if device_name == "cuda" and not torch.cuda.is_available():
                 row |= {"status": "skipped", "reason": "no CUDA device on this host"}
             else:
@@ -449,13 +472,23 @@ def _figure(estimates: list[dict[str, Any]], measured: list[dict[str, Any]]):
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     key = ("optimizer", "precision", "recompute")
     for device, marker in (("cpu", "o"), ("cuda", "D")):
-        peaks = {tuple(r[k] for k in key): r["peak_bytes"] / 1024
-                 for r in measured if r["device"] == device and r["status"] == "ok"}  # fmt: skip
-        points = [(x, peaks[tuple(e[k] for k in key)]) for x, e in zip(xs, estimates, strict=True)
-                  if tuple(e[k] for k in key) in peaks]  # fmt: skip
+        peaks = {
+            tuple(r[k] for k in key): r["peak_bytes"] / 1024
+            for r in measured
+            if r["device"] == device and r["status"] == "ok"
+        }
+        points = [
+            (x, peaks[tuple(e[k] for k in key)])
+            for x, e in zip(xs, estimates, strict=True)
+            if tuple(e[k] for k in key) in peaks
+        ]
         if points:
-            ax.plot(*zip(*points, strict=True), marker, color="black" if device == "cpu" else "red",
-                    label=f"measured peak, {device}")  # fmt: skip
+            ax.plot(
+                *zip(*points, strict=True),
+                marker,
+                color="black" if device == "cpu" else "red",
+                label=f"measured peak, {device}",
+            )
     ax.set_xticks(list(xs), ["\n".join(e[k] for k in key) for e in estimates], fontsize=7)
     ax.set_ylabel("KiB")
     ax.set_title("LeNet-5 training memory, batch 8, 32×32: estimate (bars) and measured peaks")

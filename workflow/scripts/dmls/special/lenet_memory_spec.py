@@ -86,8 +86,9 @@ def _recompute_measured(rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
     the GPU libraries' workspaces, allocated before the measurement and outside it."""
     peaks = {
         (r["device"], r["optimizer"], r["precision"], r["recompute"]): r["peak_bytes"]
-        for r in rows if r["status"] == OK
-    }  # fmt: skip
+        for r in rows
+        if r["status"] == OK
+    }
     devices = sorted({key[0] for key in peaks}, key=lambda d: d != "cuda")
     per_device = []
     for device in devices:
@@ -105,13 +106,16 @@ def _recompute_measured(rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
     for mode in ("selective", "full"):
         changes = [
             peak - peaks[(d, o, p, "none")]
-            for (d, o, p, r), peak in peaks.items() if r == mode and (d, o, p, "none") in peaks
-        ]  # fmt: skip
+            for (d, o, p, r), peak in peaks.items()
+            if r == mode and (d, o, p, "none") in peaks
+        ]
         if not changes:
             continue
         lower, same = sum(c < 0 for c in changes), sum(c == 0 for c in changes)
-        counts.append(f"{mode} lowered it in {lower}, left it in {same} and raised it in "
-                      f"{len(changes) - lower - same} of {len(changes)}")  # fmt: skip
+        counts.append(
+            f"{mode} lowered it in {lower}, left it in {same} and raised it in "
+            f"{len(changes) - lower - same} of {len(changes)}"
+        )
     text = (
         f"measured against none for AdamW fp32, {'; '.join(per_device)}; over every optimizer, "
         f"precision and device, {'; '.join(counts)}"

@@ -127,8 +127,10 @@ def labelled_modules(model: nn.Module) -> Iterator[dict[str, str]]:
             continue
         label = f"{MODULE_PREFIX}{name} {type(module).__name__}"
         labels[label] = kind
-        handles += [module.register_forward_pre_hook(enter(label)),
-                    module.register_forward_hook(leave)]  # fmt: skip
+        handles += [
+            module.register_forward_pre_hook(enter(label)),
+            module.register_forward_hook(leave),
+        ]
     try:
         yield labels
     finally:
@@ -343,8 +345,14 @@ def _drift(repeat_rows, device: str, metric: str) -> dict[str, Any] | None:
     span = max(starts) - min(starts)
     mean = statistics.fmean(r[metric] for r in rows)
     slope = stats.line(starts, [r[metric] / mean * span for r in rows]).slope
-    return {"metric": metric, "over_study": slope.value, "low": slope.low, "high": slope.high,
-            "passes": len(rows), "seconds": span}  # fmt: skip
+    return {
+        "metric": metric,
+        "over_study": slope.value,
+        "low": slope.low,
+        "high": slope.high,
+        "passes": len(rows),
+        "seconds": span,
+    }
 
 
 def verdicts(repeat_rows: list[dict[str, Any]], activations: list[str]) -> dict[str, Any]:
@@ -372,6 +380,50 @@ def verdicts(repeat_rows: list[dict[str, Any]], activations: list[str]) -> dict[
     return {"convention": RATIO_CONVENTION, "repeats": len(repeats), "by_device": by_device}
 
 
+def _measure_device(
+    device: torch.device,
+    dataset: Any,
+    batches: list[torch.Tensor],
+    cfg: dict[str, Any],
+    traces: Path,
+    start: float,
+) -> list[dict[str, Any]]:
+    """Every activation's model profiled on `device`, the activations taking turns in an order
+    drawn anew for each repeat (stats.turns), each measurement with its repeat, its place in
+    the repeat's order and when the repeat began (seconds since `start`); the first repeat of
+    each also writes its trace into `traces`."""
+    models = {}
+    for activation in cfg["activations"]:
+        torch.manual_seed(cfg["seed"])
+        models[activation] = ClusterMLP(
+            dataset.x_test.shape[1],
+            dataset.manifest["num_classes"],
+            cfg["hidden"],
+            batch_norm=True,
+            activation=activation,
+        ).to(device)
+    measurements: list[dict[str, Any]] = []
+    orders = stats.turns(cfg["activations"], cfg["repeats"], cfg["seed"])
+    for repeat, order in enumerate(orders):
+        for position, activation in enumerate(order):
+            log.info("%s %s: repeat %d/%d", device.type, activation, repeat + 1, cfg["repeats"])
+            trace = traces / f"{device.type}_{activation}.json.gz"
+            begun = time.monotonic() - start
+            first = trace if repeat == 0 else None
+            for m in profile_batches(models[activation], batches, cfg["warmup_batches"], first):
+                measurements.append(
+                    {
+                        "device": device.type,
+                        "activation": activation,
+                        "repeat": repeat,
+                        "position": position,
+                        "started_s": round(begun, 4),
+                        **m,
+                    }
+                )
+    return measurements
+
+
 def run(
     cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, threads: int, **_: Any
 ) -> dict[str, Any]:
@@ -385,45 +437,31 @@ def run(
         devices.append(torch.device("cuda"))
     else:
         rows += [
-            {"device": "cuda", "activation": a, "status": "skipped",
-             "reason": "no CUDA device on this host: only the CPU was profiled"}
+            {
+                "device": "cuda",
+                "activation": a,
+                "status": "skipped",
+                "reason": "no CUDA device on this host: only the CPU was profiled",
+            }
             for a in cfg["activations"]
-        ]  # fmt: skip
+        ]
     measurements: list[dict[str, Any]] = []
     start = time.monotonic()
     for device in devices:
         batches, wrapped = _test_batches(dataset.x_test, cfg["batch_size"], cfg["batches"], device)
-        models = {}
-        for activation in cfg["activations"]:
-            torch.manual_seed(cfg["seed"])
-            models[activation] = ClusterMLP(
-                dataset.x_test.shape[1],
-                dataset.manifest["num_classes"],
-                cfg["hidden"],
-                batch_norm=True,
-                activation=activation,
-            ).to(device)
-        orders = stats.turns(cfg["activations"], cfg["repeats"], cfg["seed"])
-        for repeat, order in enumerate(orders):
-            for position, activation in enumerate(order):
-                log.info("%s %s: repeat %d/%d", device.type, activation, repeat + 1,
-                         cfg["repeats"])  # fmt: skip
-                trace = traces / f"{device.type}_{activation}.json.gz"
-                begun = time.monotonic() - start
-                for m in profile_batches(
-                    models[activation], batches, cfg["warmup_batches"],
-                    trace if repeat == 0 else None,
-                ):  # fmt: skip
-                    measurements.append(
-                        {"device": device.type, "activation": activation, "repeat": repeat,
-                         "position": position, "started_s": round(begun, 4), **m}
-                    )  # fmt: skip
+        measurements += _measure_device(device, dataset, batches, cfg, traces, start)
         for activation in cfg["activations"]:
             trace = traces / f"{device.type}_{activation}.json.gz"
             rows.append(
-                {"device": device.type, "activation": activation, "status": "ok", "reason": None,
-                 "trace": str(trace.relative_to(out_dir)), "test_batches_wrapped": wrapped}
-            )  # fmt: skip
+                {
+                    "device": device.type,
+                    "activation": activation,
+                    "status": "ok",
+                    "reason": None,
+                    "trace": str(trace.relative_to(out_dir)),
+                    "test_batches_wrapped": wrapped,
+                }
+            )
     repeat_rows = _per_repeat(measurements)
     table = _aggregate(repeat_rows)
     write_csv(out_dir / "measurements.csv", measurements, MEASUREMENT_COLUMNS)

@@ -100,8 +100,11 @@ def _drift(drift: dict[str, Any] | None) -> str:
     its mean, with its interval (a line through every pass)."""
     if not drift or drift.get("low") is None:
         return "not measured (fewer than three passes)"
-    way = stats.finding(stats.Comparison(drift["over_study"], drift["low"], drift["high"],
-                                         drift["passes"], drift["passes"], 0.0))  # fmt: skip
+    way = stats.finding(
+        stats.Comparison(
+            drift["over_study"], drift["low"], drift["high"], drift["passes"], drift["passes"], 0.0
+        )
+    )
     said = {stats.MORE: "it slowed", stats.LESS: "it sped up"}.get(way, "within its noise")
     return minus(
         f"{100 * drift['over_study']:+.1f}% ({100 * drift['low']:+.1f} to "
@@ -113,8 +116,9 @@ def _ranking(block: dict[str, Any], unit: str) -> str:
     """Every activation with its mean over the repeats, fastest first: "ReLU 1.2 ms, Tanh ...";
     the course asks for each of them."""
     means = block["means"]
-    return ", ".join(f"{name} {fmt_sig(means[name], 3)} {unit}".rstrip()
-                     for name in sorted(means, key=means.get))  # fmt: skip
+    return ", ".join(
+        f"{name} {fmt_sig(means[name], 3)} {unit}".rstrip() for name in sorted(means, key=means.get)
+    )
 
 
 SPEC = StudySpec(

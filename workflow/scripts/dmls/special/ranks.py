@@ -45,9 +45,14 @@ def run(
     folder.mkdir(parents=True, exist_ok=True)
     protocol.clear_reports(folder)  # an earlier attempt's
     commands = launch.group_commands(
-        module, args, nodes=nodes, nproc_per_node=nproc_per_node, port=launch.free_port(),
-        name=name, srun=srun,
-    )  # fmt: skip
+        module,
+        args,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        port=launch.free_port(),
+        name=name,
+        srun=srun,
+    )
     log_path = folder / LOG
     with open(log_path, "w") as log:
         outcome = processes.start_and_wait(commands, log, timeout_s=timeout_s)

@@ -122,10 +122,14 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         env["KINETO_LOG_LEVEL"] = "5"
     manifest = getattr(snakemake.input, "manifest", None)
     command = study_command(
-        snakemake.params.study, snakemake.params.cfg, Path(snakemake.output.summary).parent,
-        data_dir=Path(manifest).parent if manifest else None, threads=snakemake.threads,
-        strict=snakemake.config["strict"], env=env,
-    )  # fmt: skip
+        snakemake.params.study,
+        snakemake.params.cfg,
+        Path(snakemake.output.summary).parent,
+        data_dir=Path(manifest).parent if manifest else None,
+        threads=snakemake.threads,
+        strict=snakemake.config["strict"],
+        env=env,
+    )
     timed = snakemake.config["isolation"] != "none" and snakemake.params.get("timed", False)
     with contextlib.ExitStack() as held:
         reservation = None
@@ -137,9 +141,11 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
             # One GPU, or as many as the study's processes use (the collectives' sweep).
             wanted = snakemake.params.get("gpus", 1)
             reserving = slots.reserve(
-                min(wanted, len(gpu_names)), snakemake.threads, gpu_names=gpu_names,
+                min(wanted, len(gpu_names)),
+                snakemake.threads,
+                gpu_names=gpu_names,
                 on_wait=logging.info,
-            )  # fmt: skip
+            )
             reservation = held.enter_context(reserving)
             logging.info("reserved %s", reservation.to_dict())
         log.flush()
@@ -147,9 +153,12 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
         if reservation:
             held_env = reservation.environment() | {RESERVED: json.dumps(reservation.to_dict())}
         outcome = processes.start_and_wait(
-            [command], log, env=held_env, in_child=reservation.pin if reservation else None,
+            [command],
+            log,
+            env=held_env,
+            in_child=reservation.pin if reservation else None,
             heartbeat=joblog.heartbeat(f"study {snakemake.params.study}", log),
-        )  # fmt: skip
+        )
     if not outcome.ok:
         raise StudyIncomplete(
             f"{snakemake.params.study}: its process exited with code {outcome.exit_codes[0]} "
@@ -169,11 +178,17 @@ def study_command(
 ) -> launch.Command:
     """The command that runs study `name` (`run_study`) in a process of its own, with `env`."""
     argv = [
-        sys.executable, "-m", "dmls.special.runner", name, json.dumps(cfg), str(out_dir),
-        "--threads", str(threads),
+        sys.executable,
+        "-m",
+        "dmls.special.runner",
+        name,
+        json.dumps(cfg),
+        str(out_dir),
+        "--threads",
+        str(threads),
         *(["--data-dir", str(data_dir)] if data_dir else []),
         *(["--strict"] if strict else []),
-    ]  # fmt: skip
+    ]
     return launch.Command(argv, env | launch.python_path())
 
 
@@ -189,8 +204,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--strict", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=joblog.FORMAT)
-    run_study(args.study, args.cfg, args.out_dir, data_dir=args.data_dir,
-              threads=args.threads, strict=args.strict)  # fmt: skip
+    run_study(
+        args.study,
+        args.cfg,
+        args.out_dir,
+        data_dir=args.data_dir,
+        threads=args.threads,
+        strict=args.strict,
+    )
 
 
 if __name__ == "__main__":

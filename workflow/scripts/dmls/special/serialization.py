@@ -269,8 +269,10 @@ def depth(max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
     recursion limit; `max_depth` where it never failed."""
     done = subprocess.run(
         [sys.executable, "-c", _DEPTH_PROBE, str(max_depth)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise RuntimeError(f"the depth probe ended with exit {done.returncode}: {reason}")
@@ -327,9 +329,13 @@ def trust(out_dir: Path) -> list[dict[str, Any]]:
     ]
     for fmt, loader, dump, load in (
         ("pickle", "pickle.loads", pickle.dumps, pickle.loads),
-        ("torch.save", "torch.load(weights_only=True)", _torch_bytes,
-         lambda b: torch.load(io.BytesIO(b), weights_only=True)),
-    ):  # fmt: skip
+        (
+            "torch.save",
+            "torch.load(weights_only=True)",
+            _torch_bytes,
+            lambda b: torch.load(io.BytesIO(b), weights_only=True),
+        ),
+    ):
         marker = out_dir / f"ran-on-load-{fmt.replace('.', '-')}"
         if marker.exists():
             marker.rmdir()

@@ -51,8 +51,9 @@ def _representation(rows: list[dict[str, Any]]) -> dict[str, str]:
     for r in rows:
         if r["value"] == first:
             by_format.setdefault(r["format"], r)
-    fixed = {int(r["bytes"]) for r in rows if r["value"] == first and r["format"] in (
-        "struct", "numpy")}  # fmt: skip
+    fixed = {
+        int(r["bytes"]) for r in rows if r["value"] == first and r["format"] in ("struct", "numpy")
+    }
     lost = []
     for value in dict.fromkeys(r["value"] for r in rows):
         of_value = [r for r in rows if r["value"] == value]

@@ -138,16 +138,31 @@ def run_spec(cfg: dict[str, Any], device: str, strategy: str, processes: int) ->
     """The engine's run for one setup (what `model` means on this device: `cfg[device]`)."""
     shape = cfg["model"][device]
     return special_run_spec(
-        "sharding", f"{strategy}_{processes}_{device}",
-        dataset=cfg["dataset"], device=device, backend=BACKENDS[device], launcher="torchrun",
-        nproc_per_node=processes, sharding=strategy, step="eager", epochs=1 + cfg["repeats"],
-        batch_size=cfg["batch_size"], train_samples=cfg["batch_size"] * processes * cfg["steps"],
-        test_samples=cfg["batch_size"] * processes, num_workers=0, seeds=1,
-        model={"name": "wide_mlp", "hidden": shape["hidden"], "layers": shape["layers"],
-               "activation": "relu"},
+        "sharding",
+        f"{strategy}_{processes}_{device}",
+        dataset=cfg["dataset"],
+        device=device,
+        backend=BACKENDS[device],
+        launcher="torchrun",
+        nproc_per_node=processes,
+        sharding=strategy,
+        step="eager",
+        epochs=1 + cfg["repeats"],
+        batch_size=cfg["batch_size"],
+        train_samples=cfg["batch_size"] * processes * cfg["steps"],
+        test_samples=cfg["batch_size"] * processes,
+        num_workers=0,
+        seeds=1,
+        model={
+            "name": "wide_mlp",
+            "hidden": shape["hidden"],
+            "layers": shape["layers"],
+            "activation": "relu",
+        },
         optimizer={"name": "adamw", "lr": 1e-4, "weight_decay": 0.01},
-        scheduler={"name": "none"}, augment={"random_crop": False, "horizontal_flip": False},
-    )  # fmt: skip
+        scheduler={"name": "none"},
+        augment={"random_crop": False, "horizontal_flip": False},
+    )
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -238,8 +253,9 @@ def _warm_up(trainer: Trainer, params: Sequence[torch.Tensor]) -> tuple[dict[str
 
     def before_step(*_: Any) -> None:
         if not first:
-            first.update(grads_bytes=local_bytes(p.grad for p in params),
-                         activations_bytes=outputs[0])  # fmt: skip
+            first.update(
+                grads_bytes=local_bytes(p.grad for p in params), activations_bytes=outputs[0]
+            )
             for h in hooks:  # one forward's outputs: the next steps' are not counted
                 h.remove()
         steps[0] += 1
@@ -263,9 +279,12 @@ def measure(spec: RunSpec, data_dir: Path, out_dir: Path) -> list[dict[str, Any]
             "reports": str(folder)}  # fmt: skip
     try:
         ranks.run(
-            __name__, [json.dumps(args)], name=f"sharding.{spec.run}", folder=folder,
+            __name__,
+            [json.dumps(args)],
+            name=f"sharding.{spec.run}",
+            folder=folder,
             nproc_per_node=spec.processes,
-        )  # fmt: skip
+        )
     except ranks.RanksFailed as e:
         raise SetupFailed(str(e)) from None
     records = json.loads(raw.read_text())
@@ -332,8 +351,9 @@ def expected_state(strategy: str, shapes: list[tuple[int, ...]], n: int) -> int:
     return 16 * sum(math.ceil(s[0] / n) * math.prod(s[1:]) for s in shapes)
 
 
-def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | None,
-                      backend: str, device: str, n: int) -> float | None:  # fmt: skip
+def predicted_comm_ms(
+    strategy: str, layers: list[int], sweep: pd.DataFrame | None, backend: str, device: str, n: int
+) -> float | None:
     """The collectives of one step, each timed by the sweep's interpolated latency; None when
     the sweep did not measure this backend, device and N, or these sizes."""
     if sweep is None:
@@ -347,13 +367,20 @@ def predicted_comm_ms(strategy: str, layers: list[int], sweep: pd.DataFrame | No
             calls.append(("all_gather", total))
     else:
         gathers = 1 if strategy == "gradients" else 2
-        calls = [(op, size) for size in layers
-                 for op in ["all_gather"] * gathers + ["reduce_scatter"]]  # fmt: skip
+        calls = [
+            (op, size) for size in layers for op in ["all_gather"] * gathers + ["reduce_scatter"]
+        ]
     return calls_ms(mine, calls)
 
 
-def _row(spec: RunSpec, strategy: str, records: list[dict], shapes: list[tuple[int, ...]],
-         layers: list[int], sweep: pd.DataFrame | None) -> dict[str, Any]:  # fmt: skip
+def _row(
+    spec: RunSpec,
+    strategy: str,
+    records: list[dict],
+    shapes: list[tuple[int, ...]],
+    layers: list[int],
+    sweep: pd.DataFrame | None,
+) -> dict[str, Any]:
     """One setup's row: the largest rank's bytes (memory per GPU is what limits), the closed
     form and the step time (mean and 95% interval over the timed epochs, rank 0's clock)."""
     n, device = spec.processes, spec.device
@@ -366,23 +393,35 @@ def _row(spec: RunSpec, strategy: str, records: list[dict], shapes: list[tuple[i
     step = stats.mean_interval([1000 * s for s in records[0]["step_s"]])
     assert step is not None  # repeats ≥ 1 timed epochs (the schema; epochs = 1 + repeats)
     return {
-        "device": device, "processes": n, "strategy": strategy, "stage": STAGES[strategy],
-        "status": "ok", "reason": None, "parameters": p,
-        **{k: worst[k] for k in ("params_bytes", "grads_bytes", "optimizer_bytes",
-                                 "activations_bytes")},
-        "state_bytes": state, "state_closed_form_bytes": closed,
-        "state_over_closed_form": state / closed, "state_expected_bytes": expected,
-        "state_over_expected": state / expected, "peak_allocated_bytes": peak,
+        "device": device,
+        "processes": n,
+        "strategy": strategy,
+        "stage": STAGES[strategy],
+        "status": "ok",
+        "reason": None,
+        "parameters": p,
+        **{
+            k: worst[k]
+            for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes")
+        },
+        "state_bytes": state,
+        "state_closed_form_bytes": closed,
+        "state_over_closed_form": state / closed,
+        "state_expected_bytes": expected,
+        "state_over_expected": state / expected,
+        "peak_allocated_bytes": peak,
         "other_bytes": peak - state if peak else None,
         "peak_predicted_bytes": predicted if peak else None,
         "peak_over_predicted": peak / predicted if peak else None,
         "state_bytes_per_parameter": state / p,
         "peak_bytes_per_parameter": peak / p if peak else None,
-        "step_ms": step.mean, "step_ms_ci95": step.half_width,
-        "comm_predicted_ms": predicted_comm_ms(strategy, layers, sweep, BACKENDS[device],
-                                               device, n),
+        "step_ms": step.mean,
+        "step_ms_ci95": step.half_width,
+        "comm_predicted_ms": predicted_comm_ms(
+            strategy, layers, sweep, BACKENDS[device], device, n
+        ),
         "step_ms_samples": [1000 * s for s in records[0]["step_s"]],
-    }  # fmt: skip
+    }
 
 
 def unavailable(device: str, n: int) -> str | None:
@@ -524,8 +563,11 @@ def _figure(rows: list[dict[str, Any]]):
         f"{textwrap.fill(r['stage'], 16, break_long_words=False)}\nN={r['processes']}" for r in mine
     ]
     bottom = [0.0] * len(mine)
-    parts = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
-             ("optimizer_bytes", "Adam state")]  # fmt: skip
+    parts = [
+        ("params_bytes", "parameters"),
+        ("grads_bytes", "gradients"),
+        ("optimizer_bytes", "Adam state"),
+    ]
     if device == "cuda":
         parts.append(("other_bytes", "rest of the peak (buffers, activations)"))
     for i, (key, name) in enumerate(parts):
@@ -533,13 +575,16 @@ def _figure(rows: list[dict[str, Any]]):
         ax.bar(labels, values, bottom=bottom, color=f"C{i}", label=name)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     xs = range(len(mine))
-    ax.scatter(xs, [r["state_closed_form_bytes"] / 2**30 for r in mine], marker="_", s=400,
-               color="black", zorder=3, label="state, closed form")  # fmt: skip
+    # The predictions as bars' ticks: the state's closed form and, on a GPU, the peak's.
+    marks: dict[str, Any] = {"marker": "_", "s": 400, "zorder": 3}
+    closed = [r["state_closed_form_bytes"] / 2**30 for r in mine]
+    ax.scatter(xs, closed, color="black", label="state, closed form", **marks)
     if device == "cuda":
-        ax.scatter(xs, [r["peak_predicted_bytes"] / 2**30 for r in mine], marker="_", s=400,
-                   color="red", zorder=3, label="peak, predicted")  # fmt: skip
-    ax.set(ylabel="GiB per rank (the largest rank)",
-           title=f"Memory per rank by strategy ({device})")  # fmt: skip
+        peaks = [r["peak_predicted_bytes"] / 2**30 for r in mine]
+        ax.scatter(xs, peaks, color="red", label="peak, predicted", **marks)
+    ax.set(
+        ylabel="GiB per rank (the largest rank)", title=f"Memory per rank by strategy ({device})"
+    )
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)

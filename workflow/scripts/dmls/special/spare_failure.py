@@ -165,8 +165,13 @@ def _figure(curve: list[dict[str, Any]], curve_p: Sequence[float]):
                 pts = [r for r in curve if r["vector"] == label and r["quantity"] == quantity]
                 n = [r["n"] for r in pts]
                 style = "--" if quantity == "with_spare" else "-"
-                ax.plot(n, [r["closed_form"] for r in pts], style, color=colour,
-                        label=f"{label}, {quantity.replace('_', ' ')}")  # fmt: skip
+                ax.plot(
+                    n,
+                    [r["closed_form"] for r in pts],
+                    style,
+                    color=colour,
+                    label=f"{label}, {quantity.replace('_', ' ')}",
+                )
                 ax.errorbar(
                     n,
                     [r["monte_carlo"] for r in pts],

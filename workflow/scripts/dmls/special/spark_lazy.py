@@ -64,45 +64,95 @@ def _assign(name: str, value: Callable[[dict[str, Any]], Any]) -> Callable[[dict
 
 # The question's program, line by line.
 LINES: tuple[Line, ...] = (
-    Line('data = [("Alice", 25), ("Bob", 30), ("Cathy", 27)]', "local",
-         _assign("data", lambda ns: [("Alice", 25), ("Bob", 30), ("Cathy", 27)])),
+    Line(
+        'data = [("Alice", 25), ("Bob", 30), ("Cathy", 27)]',
+        "local",
+        _assign("data", lambda ns: [("Alice", 25), ("Bob", 30), ("Cathy", 27)]),
+    ),
     Line('columns = ["Name", "Age"]', "local", _assign("columns", lambda ns: ["Name", "Age"])),
-    Line("df = spark.createDataFrame(data, columns)", "transformation",
-         _assign("df", lambda ns: ns["spark"].createDataFrame(ns["data"], ns["columns"]))),
-    Line("filtered_df = df.filter(df.Age > 26)", "transformation",
-         _assign("filtered_df", lambda ns: ns["df"].filter(ns["df"].Age > 26))),
-    Line('transformed_df = filtered_df.withColumn("AgeIn5Years", filtered_df.Age + 5)',
-         "transformation",
-         _assign("transformed_df", lambda ns: ns["filtered_df"].withColumn(
-             "AgeIn5Years", ns["filtered_df"].Age + 5))),
-    Line('renamed_df = transformed_df.withColumnRenamed("AgeIn5Years", "AgeAfterFiveYears")',
-         "transformation",
-         _assign("renamed_df", lambda ns: ns["transformed_df"].withColumnRenamed(
-             "AgeIn5Years", "AgeAfterFiveYears"))),
-    Line('data_2nd = [("James", 28), ("Josh", 32), ("Sarah", 21)]', "local",
-         _assign("data_2nd", lambda ns: [("James", 28), ("Josh", 32), ("Sarah", 21)])),
-    Line('columns_2nd = ["Name", "Age"]', "local",
-         _assign("columns_2nd", lambda ns: ["Name", "Age"])),
-    Line("df_2nd = spark.createDataFrame(data_2nd, columns_2nd)", "transformation",
-         _assign("df_2nd", lambda ns: ns["spark"].createDataFrame(ns["data_2nd"],
-                                                                  ns["columns_2nd"]))),
-    Line("filtered_df_2nd = df_2nd.filter(df_2nd.Age > 26)", "transformation",
-         _assign("filtered_df_2nd", lambda ns: ns["df_2nd"].filter(ns["df_2nd"].Age > 26))),
-    Line('transformed_df_2nd = filtered_df_2nd.withColumn("AgeIn15Years", '
-         'filtered_df_2nd.Age + 15)', "transformation",
-         _assign("transformed_df_2nd", lambda ns: ns["filtered_df_2nd"].withColumn(
-             "AgeIn15Years", ns["filtered_df_2nd"].Age + 15))),
-    Line('renamed_df_2nd = transformed_df_2nd.withColumnRenamed("AgeIn15Years", '
-         '"AgeAfterFiftheenYears")', "transformation",
-         _assign("renamed_df_2nd", lambda ns: ns["transformed_df_2nd"].withColumnRenamed(
-             "AgeIn15Years", "AgeAfterFiftheenYears"))),
-    Line("row_count_2nd = renamed_df_2nd.count()", "action",
-         _assign("row_count_2nd", lambda ns: ns["renamed_df_2nd"].count())),
-    Line("result_2nd = renamed_df_2nd.collect()", "action",
-         _assign("result_2nd", lambda ns: ns["renamed_df_2nd"].collect())),
-    Line("result = renamed_df.collect()", "action",
-         _assign("result", lambda ns: ns["renamed_df"].collect())),
-)  # fmt: skip
+    Line(
+        "df = spark.createDataFrame(data, columns)",
+        "transformation",
+        _assign("df", lambda ns: ns["spark"].createDataFrame(ns["data"], ns["columns"])),
+    ),
+    Line(
+        "filtered_df = df.filter(df.Age > 26)",
+        "transformation",
+        _assign("filtered_df", lambda ns: ns["df"].filter(ns["df"].Age > 26)),
+    ),
+    Line(
+        'transformed_df = filtered_df.withColumn("AgeIn5Years", filtered_df.Age + 5)',
+        "transformation",
+        _assign(
+            "transformed_df",
+            lambda ns: ns["filtered_df"].withColumn("AgeIn5Years", ns["filtered_df"].Age + 5),
+        ),
+    ),
+    Line(
+        'renamed_df = transformed_df.withColumnRenamed("AgeIn5Years", "AgeAfterFiveYears")',
+        "transformation",
+        _assign(
+            "renamed_df",
+            lambda ns: ns["transformed_df"].withColumnRenamed("AgeIn5Years", "AgeAfterFiveYears"),
+        ),
+    ),
+    Line(
+        'data_2nd = [("James", 28), ("Josh", 32), ("Sarah", 21)]',
+        "local",
+        _assign("data_2nd", lambda ns: [("James", 28), ("Josh", 32), ("Sarah", 21)]),
+    ),
+    Line(
+        'columns_2nd = ["Name", "Age"]', "local", _assign("columns_2nd", lambda ns: ["Name", "Age"])
+    ),
+    Line(
+        "df_2nd = spark.createDataFrame(data_2nd, columns_2nd)",
+        "transformation",
+        _assign(
+            "df_2nd", lambda ns: ns["spark"].createDataFrame(ns["data_2nd"], ns["columns_2nd"])
+        ),
+    ),
+    Line(
+        "filtered_df_2nd = df_2nd.filter(df_2nd.Age > 26)",
+        "transformation",
+        _assign("filtered_df_2nd", lambda ns: ns["df_2nd"].filter(ns["df_2nd"].Age > 26)),
+    ),
+    Line(
+        'transformed_df_2nd = filtered_df_2nd.withColumn("AgeIn15Years", filtered_df_2nd.Age + 15)',
+        "transformation",
+        _assign(
+            "transformed_df_2nd",
+            lambda ns: ns["filtered_df_2nd"].withColumn(
+                "AgeIn15Years", ns["filtered_df_2nd"].Age + 15
+            ),
+        ),
+    ),
+    Line(
+        'renamed_df_2nd = transformed_df_2nd.withColumnRenamed("AgeIn15Years", '
+        '"AgeAfterFiftheenYears")',
+        "transformation",
+        _assign(
+            "renamed_df_2nd",
+            lambda ns: ns["transformed_df_2nd"].withColumnRenamed(
+                "AgeIn15Years", "AgeAfterFiftheenYears"
+            ),
+        ),
+    ),
+    Line(
+        "row_count_2nd = renamed_df_2nd.count()",
+        "action",
+        _assign("row_count_2nd", lambda ns: ns["renamed_df_2nd"].count()),
+    ),
+    Line(
+        "result_2nd = renamed_df_2nd.collect()",
+        "action",
+        _assign("result_2nd", lambda ns: ns["renamed_df_2nd"].collect()),
+    ),
+    Line(
+        "result = renamed_df.collect()",
+        "action",
+        _assign("result", lambda ns: ns["renamed_df"].collect()),
+    ),
+)
 PROGRAM: tuple[tuple[str, str], ...] = tuple((line.code, line.kind) for line in LINES)
 # The second variant marks the chain for caching right before its first action; cache() only
 # registers the plan with the cache manager (no job: measured).
@@ -359,9 +409,15 @@ def run_variant(
             continue
         log.info(
             "D6 %s, line %2d: %d job(s), %d stage(s) run, %d skipped, %d task(s), %.2f s: %s",
-            variant, line, row["jobs"], row["stages_run"], row["stages_skipped"], row["tasks"],
-            row["seconds"], code,
-        )  # fmt: skip
+            variant,
+            line,
+            row["jobs"],
+            row["stages_run"],
+            row["stages_skipped"],
+            row["tasks"],
+            row["seconds"],
+            code,
+        )
         rows.append(row)
     return rows, namespace
 
@@ -461,9 +517,15 @@ def _unmeasured(status: str, reason: str) -> list[dict[str, Any]]:
     """One row for the whole program where it could not run: the reason is the same for every
     line, and said once."""
     return [
-        {"variant": " and ".join(VARIANTS), "line": None, "code": "every line", "kind": None,
-         "status": status, "reason": reason}
-    ]  # fmt: skip
+        {
+            "variant": " and ".join(VARIANTS),
+            "line": None,
+            "code": "every line",
+            "kind": None,
+            "status": status,
+            "reason": reason,
+        }
+    ]
 
 
 def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
@@ -485,8 +547,12 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
             start = time.perf_counter()
             with local_session() as spark:
                 result |= session_facts(spark) | {"session_start_s": time.perf_counter() - start}
-                log.info("D6: Spark %s on %s, AQE %s", result["spark_version"], result["master"],
-                         "on" if result["adaptive"] else "off")  # fmt: skip
+                log.info(
+                    "D6: Spark %s on %s, AQE %s",
+                    result["spark_version"],
+                    result["master"],
+                    "on" if result["adaptive"] else "off",
+                )
                 rows, measured, texts = measure(spark)
                 result |= measured
         except Exception as e:  # Spark did not start, or the study itself broke: say so

@@ -97,10 +97,12 @@ def _scanned(row: dict[str, Any]) -> str:
     source = sum(n for name, n in read.items() if not name.startswith("InMemory"))
     cache = sum(n for name, n in read.items() if name.startswith("InMemory"))
     verdict = (
-        "ran the chain again from its source" if source
-        else "read the cached rows, not the source" if cache
+        "ran the chain again from its source"
+        if source
+        else "read the cached rows, not the source"
+        if cache
         else "read nothing"
-    )  # fmt: skip
+    )
     said = ", ".join(f"{name} read {fmt_plural(n, 'row')}" for name, n in read.items())
     return f"{verdict} ({fmt_plural(int(row['jobs']), 'job')}{': ' + said if said else ''})"
 

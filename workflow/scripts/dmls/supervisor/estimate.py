@@ -110,9 +110,14 @@ def load_costs(path: Path) -> dict[str, Any]:
 
 def likeness(spec: RunSpec, host: Host) -> dict[str, Any]:
     """What `LIKENESS` compares of a run, as it runs on `host`."""
-    return {"device": resolved_device(spec, host), "launcher": spec.launcher,
-            "processes": spec.processes, "step": spec.step, "loader": spec.loader,
-            "precision": spec.precision}  # fmt: skip
+    return {
+        "device": resolved_device(spec, host),
+        "launcher": spec.launcher,
+        "processes": spec.processes,
+        "step": spec.step,
+        "loader": spec.loader,
+        "precision": spec.precision,
+    }
 
 
 def run_costs(spec: RunSpec, host: Host, measured: Mapping[str, Mapping]) -> tuple[dict, str]:
@@ -134,14 +139,18 @@ def run_costs(spec: RunSpec, host: Host, measured: Mapping[str, Mapping]) -> tup
 def run_seconds(spec: RunSpec, costs: Mapping[str, float], n_train: int, n_eval: int) -> float:
     """A run's seconds from its costs: the fixed part, each seed's setup and warm-up, and each
     epoch's training over `n_train` samples, evaluation over `n_eval` and checkpoint."""
-    epoch = (costs["train_s_per_sample"] * n_train + costs["eval_s_per_sample"] * n_eval
-             + costs["checkpoint_s"])  # fmt: skip
+    epoch = (
+        costs["train_s_per_sample"] * n_train
+        + costs["eval_s_per_sample"] * n_eval
+        + costs["checkpoint_s"]
+    )
     seeds = spec.seeds * costs["seed_s"] + costs["first_warmup_s"]
     return costs["fixed_s"] + seeds + spec.seeds * spec.epochs * epoch
 
 
-def samples(spec: RunSpec, config: Mapping[str, Any], schema: Mapping[str, Any],
-            measured: Mapping[str, Any]) -> tuple[int, int]:  # fmt: skip
+def samples(
+    spec: RunSpec, config: Mapping[str, Any], schema: Mapping[str, Any], measured: Mapping[str, Any]
+) -> tuple[int, int]:
     """A run's training samples per epoch and the samples it evaluates each epoch (test and
     validation), as the config fixes them; where it doesn't (the user's own files), the
     measured run's."""
@@ -153,9 +162,14 @@ def samples(spec: RunSpec, config: Mapping[str, Any], schema: Mapping[str, Any],
     return n_train, n_test + spec.validation_samples
 
 
-def job_seconds(jobs: Iterable[Job], runs: Mapping[str, RunSpec], host: Host,
-                section: Mapping[str, Any], config: Mapping[str, Any],
-                schema: Mapping[str, Any]) -> Estimate:  # fmt: skip
+def job_seconds(
+    jobs: Iterable[Job],
+    runs: Mapping[str, RunSpec],
+    host: Host,
+    section: Mapping[str, Any],
+    config: Mapping[str, Any],
+    schema: Mapping[str, Any],
+) -> Estimate:
     """Every job's seconds on this host from the cost table's `section` (the module's doc)."""
     out = Estimate()
     measured = section.get("runs") or {}
@@ -215,9 +229,16 @@ def pack(jobs: list[Job], seconds: Mapping[int, float], cores: int, gpus: int | 
     return now
 
 
-def estimate(jobs: list[Job], runs: Mapping[str, RunSpec], host: Host, cores: int,
-             gpus: int | None, costs: Mapping[str, Any], config: Mapping[str, Any],
-             schema: Mapping[str, Any]) -> tuple[Estimate, Mapping[str, Any]]:  # fmt: skip
+def estimate(
+    jobs: list[Job],
+    runs: Mapping[str, RunSpec],
+    host: Host,
+    cores: int,
+    gpus: int | None,
+    costs: Mapping[str, Any],
+    config: Mapping[str, Any],
+    schema: Mapping[str, Any],
+) -> tuple[Estimate, Mapping[str, Any]]:
     """Every job's seconds and the DAG's packed wall on this host, from the section of `costs`
     for a host of its kind; and that section."""
     section = costs.get("cuda" if host.gpu_count else "cpu") or {}
@@ -234,14 +255,22 @@ def duration(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
-def said(jobs: list[Job], est: Estimate, section: Mapping[str, Any], cores: int,
-         gpus: int | None, longest: int = 3) -> str:  # fmt: skip
+def said(
+    jobs: list[Job],
+    est: Estimate,
+    section: Mapping[str, Any],
+    cores: int,
+    gpus: int | None,
+    longest: int = 3,
+) -> str:
     """The estimate as the DAG says it when it starts: the wall, what it rests on, the longest
     jobs, and the jobs that had no measured cost."""
     if not section.get("runs"):
-        return ("No estimate of the DAG's time: config/costs.yaml has no costs for a host of "
-                "this kind (its `cpu` section is read on a host without a GPU, `cuda` on one "
-                "with; tools/calibrate_costs.py writes them from a finished DAG).")  # fmt: skip
+        return (
+            "No estimate of the DAG's time: config/costs.yaml has no costs for a host of "
+            "this kind (its `cpu` section is read on a host without a GPU, `cuda` on one "
+            "with; tools/calibrate_costs.py writes them from a finished DAG)."
+        )
     where = section["measured_on"]["host"]
     gpu_word = f"{gpus} GPU(s)" if gpus else "no GPU scheduled" if gpus is None else "no GPU"
     top = sorted(jobs, key=lambda j: -est.seconds[j.jobid])[:longest]
@@ -254,8 +283,10 @@ def said(jobs: list[Job], est: Estimate, section: Mapping[str, Any], cores: int,
         "  longest: " + ", ".join(f"{j.name} ~{duration(est.seconds[j.jobid])}" for j in top),
     ]
     if counts.get("similar"):
-        lines.append(f"  {counts['similar']} run(s) not measured there take the costs of the "
-                     "runs most like them (device, launcher, processes, step).")  # fmt: skip
+        lines.append(
+            f"  {counts['similar']} run(s) not measured there take the costs of the "
+            "runs most like them (device, launcher, processes, step)."
+        )
     if est.changed:
         studies = "; ".join(f"{name} ({', '.join(keys)})" for name, keys in est.changed.items())
         lines.append(f"  set otherwise than when measured, taken at the measured time: {studies}")
@@ -265,12 +296,20 @@ def said(jobs: list[Job], est: Estimate, section: Mapping[str, Any], cores: int,
     return "\n".join(lines)
 
 
-def write_estimate(path: Path, jobs: list[Job], est: Estimate, cores: int,
-                   gpus: int | None) -> None:  # fmt: skip
+def write_estimate(
+    path: Path, jobs: list[Job], est: Estimate, cores: int, gpus: int | None
+) -> None:
     """The estimate as JSON beside the DAG's logs, for bench/dag_table.py to set against what
     each job and the whole DAG took."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [{"job": j.name, "rule": j.rule, "seconds": round(est.seconds[j.jobid], 1),
-             "basis": est.basis[j.jobid]} for j in jobs]  # fmt: skip
+    rows = [
+        {
+            "job": j.name,
+            "rule": j.rule,
+            "seconds": round(est.seconds[j.jobid], 1),
+            "basis": est.basis[j.jobid],
+        }
+        for j in jobs
+    ]
     body = {"wall_s": round(est.wall_s, 1), "cores": cores, "gpus": gpus, "jobs": rows}
     path.write_text(json.dumps(body, indent=1) + "\n")

@@ -141,8 +141,10 @@ def plan(runs: Mapping[str, RunSpec], host: Host) -> str:
     head = f"This host ({host.hostname}: {gpus}, {host.cpu_count} CPUs) can train"
     if not skipped:
         return f"{head} all {len(runs)} runs of the config."
-    lines = [f"{head} {ran} of the config's {len(runs)} runs; it skips {len(runs) - ran}, each "
-             "with its reason:"]  # fmt: skip
+    lines = [
+        f"{head} {ran} of the config's {len(runs)} runs; it skips {len(runs) - ran}, each "
+        "with its reason:"
+    ]
     return "\n".join(lines + [f"  {len(ids)} skipped — {why}" for why, ids in skipped.items()])
 
 
@@ -224,8 +226,11 @@ def _nvidia_driver() -> str | None:
     try:
         out = subprocess.run(
             [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return out.splitlines()[0].strip() if out.strip() else None

@@ -87,20 +87,30 @@ def _launcher_commands(
         return [Command([python, str(WORKER), *worker_args], _thread_env(per_process))]
     if srun:
         agent = [
-            python, str(NODE_AGENT),
-            "--device", device,
-            "--port", str(port),
-            "--threads-per-process", str(per_process),
-            "--", *worker_args,
-        ]  # fmt: skip
+            python,
+            str(NODE_AGENT),
+            "--device",
+            device,
+            "--port",
+            str(port),
+            "--threads-per-process",
+            str(per_process),
+            "--",
+            *worker_args,
+        ]
         return [srun_command(agent, nodes=spec.nodes, tasks_per_node=1, cpus_per_task=threads)]
     return [
         agent_command(
-            spec, worker_args, device=device, node_rank=node, master_addr=LOOPBACK, port=port,
+            spec,
+            worker_args,
+            device=device,
+            node_rank=node,
+            master_addr=LOOPBACK,
+            port=port,
             threads_per_process=per_process,
         )
         for node in range(spec.nodes)
-    ]  # fmt: skip
+    ]
 
 
 def agent_command(
@@ -117,10 +127,16 @@ def agent_command(
     rendezvous on `port`."""
     if spec.launcher == "torchrun":
         return torchrun_command(
-            [str(WORKER)], worker_args, nodes=spec.nodes, nproc_per_node=spec.nproc_per_node,
-            node_rank=node_rank, master_addr=master_addr, port=port,
-            rdzv_id=f"{spec.study}.{spec.run}.{port}", threads_per_process=threads_per_process,
-        )  # fmt: skip
+            [str(WORKER)],
+            worker_args,
+            nodes=spec.nodes,
+            nproc_per_node=spec.nproc_per_node,
+            node_rank=node_rank,
+            master_addr=master_addr,
+            port=port,
+            rdzv_id=f"{spec.study}.{spec.run}.{port}",
+            threads_per_process=threads_per_process,
+        )
 
     env = _thread_env(threads_per_process)
     worker = [str(WORKER), *worker_args]
@@ -133,18 +149,28 @@ def agent_command(
         cpu_env = {"ACCELERATE_USE_CPU": "1"} if device == "cpu" else {}
         mode = ["--multi_gpu"] if spec.processes > 1 else (["--cpu"] if device == "cpu" else [])
         argv = [
-            python, "-m", "accelerate.commands.launch",
+            python,
+            "-m",
+            "accelerate.commands.launch",
             *mode,
-            "--num_processes", str(spec.processes),
-            "--num_machines", str(spec.nodes),
-            "--machine_rank", str(node_rank),
-            "--main_process_ip", master_addr,
-            "--main_process_port", str(port),
-            "--mixed_precision", ACCELERATE_PRECISION[spec.precision],
-            "--num_cpu_threads_per_process", str(threads_per_process),
-            "--dynamo_backend", "no",
+            "--num_processes",
+            str(spec.processes),
+            "--num_machines",
+            str(spec.nodes),
+            "--machine_rank",
+            str(node_rank),
+            "--main_process_ip",
+            master_addr,
+            "--main_process_port",
+            str(port),
+            "--mixed_precision",
+            ACCELERATE_PRECISION[spec.precision],
+            "--num_cpu_threads_per_process",
+            str(threads_per_process),
+            "--dynamo_backend",
+            "no",
             *worker,
-        ]  # fmt: skip
+        ]
         return Command(argv, env | cpu_env)
 
     raise ValueError(f"launcher {spec.launcher!r} has no per-node agent")
@@ -166,18 +192,28 @@ def torchrun_command(
     (a script's path, or "-m" and a module) with `args`; node 0 at `master_addr` hosts the
     rendezvous `rdzv_id` on `port`."""
     argv = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(nodes),
-        "--nproc_per_node", str(nproc_per_node),
-        "--rdzv_backend", "c10d",
-        "--rdzv_endpoint", f"{master_addr}:{port}",
-        "--rdzv_id", rdzv_id,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc_per_node",
+        str(nproc_per_node),
+        "--rdzv_backend",
+        "c10d",
+        "--rdzv_endpoint",
+        f"{master_addr}:{port}",
+        "--rdzv_id",
+        rdzv_id,
         # Say which agent serves the rendezvous store rather than let torchrun guess from
         # host names: emulated nodes (and nodes sharing a host) all look like its host.
-        "--rdzv_conf", f"is_host={'true' if node_rank == 0 else 'false'}",
-        "--max_restarts", "0",
-        *program, *args,
-    ]  # fmt: skip
+        "--rdzv_conf",
+        f"is_host={'true' if node_rank == 0 else 'false'}",
+        "--max_restarts",
+        "0",
+        *program,
+        *args,
+    ]
     return Command(argv, _thread_env(threads_per_process))
 
 
@@ -194,15 +230,19 @@ def srun_command(
     many seconds."""
     argv = [
         "srun",
-        "--nodes", str(nodes),
-        "--ntasks", str(nodes * tasks_per_node),
-        "--ntasks-per-node", str(tasks_per_node),
-        "--cpus-per-task", str(cpus_per_task),
+        "--nodes",
+        str(nodes),
+        "--ntasks",
+        str(nodes * tasks_per_node),
+        "--ntasks-per-node",
+        str(tasks_per_node),
+        "--cpus-per-task",
+        str(cpus_per_task),
         *([f"--immediate={immediate_s}"] if immediate_s is not None else []),
         # One task failing ends the others: none waits for a peer that is gone.
         "--kill-on-bad-exit=1",
         *program,
-    ]  # fmt: skip
+    ]
     return Command(argv)
 
 
@@ -225,30 +265,48 @@ def group_commands(
     rendezvous: `group_agent_command`)."""
     if srun:
         agent = [
-            sys.executable, str(NODE_AGENT),
-            "--port", str(port),
-            "--threads-per-process", str(threads_per_process),
-            "--group", name, "--nnodes", str(nodes), "--nproc-per-node", str(nproc_per_node),
-            "--", module, *args,
-        ]  # fmt: skip
+            sys.executable,
+            str(NODE_AGENT),
+            "--port",
+            str(port),
+            "--threads-per-process",
+            str(threads_per_process),
+            "--group",
+            name,
+            "--nnodes",
+            str(nodes),
+            "--nproc-per-node",
+            str(nproc_per_node),
+            "--",
+            module,
+            *args,
+        ]
         commands = [
             srun_command(
-                agent, nodes=nodes, tasks_per_node=1,
+                agent,
+                nodes=nodes,
+                tasks_per_node=1,
                 cpus_per_task=threads_per_process * nproc_per_node,
                 # A step of its own, not a job's allocation: fail within a minute rather than
                 # wait behind other jobs for the nodes.
                 immediate_s=60,
             )
-        ]  # fmt: skip
+        ]
     else:
         commands = [
             group_agent_command(
-                module, args, name=name, nodes=nodes, nproc_per_node=nproc_per_node,
-                node_rank=node, master_addr=LOOPBACK, port=port,
+                module,
+                args,
+                name=name,
+                nodes=nodes,
+                nproc_per_node=nproc_per_node,
+                node_rank=node,
+                master_addr=LOOPBACK,
+                port=port,
                 threads_per_process=threads_per_process,
             )
             for node in range(nodes)
-        ]  # fmt: skip
+        ]
     return [Command(c.argv, c.env | python_path()) for c in commands]
 
 
@@ -276,10 +334,16 @@ def group_agent_command(
     `nproc_per_node` ranks of `python -m module args`; node 0 at `master_addr` hosts the
     rendezvous on `port`."""
     return torchrun_command(
-        ["-m", module], args, nodes=nodes, nproc_per_node=nproc_per_node, node_rank=node_rank,
-        master_addr=master_addr, port=port, rdzv_id=f"{name}.{port}",
+        ["-m", module],
+        args,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        port=port,
+        rdzv_id=f"{name}.{port}",
         threads_per_process=threads_per_process,
-    )  # fmt: skip
+    )
 
 
 def _thread_env(threads_per_process: int) -> dict[str, str]:

@@ -107,8 +107,9 @@ def start_and_wait(
             timed_out = True
             print(
                 f"TIMED OUT: still running after {timeout_s:g} s; every launcher is stopped",
-                file=log, flush=True,
-            )  # fmt: skip
+                file=log,
+                flush=True,
+            )
             stop([proc for proc, code in zip(procs, codes, strict=True) if code is None])
         if heartbeat is not None and (so_far := time.perf_counter() - start) >= next_beat:
             heartbeat(so_far)
@@ -179,8 +180,9 @@ def failure_reason(
         return f"rank {reports[0]['rank']} raised {reports[0]['error']}"
     # SIGTERM with no failure before it: the launcher stops peers only after a failure, so the
     # signal came from outside the run (a user, a scheduler's time limit).
-    if stopped := sorted(r for r, c in elastic_exit_codes(launcher_output).items()
-                         if c == -signal.SIGTERM):  # fmt: skip
+    if stopped := sorted(
+        r for r, c in elastic_exit_codes(launcher_output).items() if c == -signal.SIGTERM
+    ):
         ranks = f"rank{'s' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))}"
         return (
             f"{ranks} stopped by SIGTERM from outside the run (no rank failed before it; see "

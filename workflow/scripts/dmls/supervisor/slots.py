@@ -45,8 +45,12 @@ def gpu_count_here() -> int:
     if smi is None:
         return 0
     try:
-        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        out = subprocess.run(
+            [smi, "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return 0
     if out.returncode:

@@ -190,8 +190,10 @@ def submission_problem(*, partition: str | None = None, account: str | None = No
     if out.returncode == 0:
         return None
     given = []  # each as the user gave it (the profile turns SBATCH_* into slurm_*)
-    for key, value, variable in (("slurm_partition", partition, "SBATCH_PARTITION"),
-                                 ("slurm_account", account, "SBATCH_ACCOUNT")):  # fmt: skip
+    for key, value, variable in (
+        ("slurm_partition", partition, "SBATCH_PARTITION"),
+        ("slurm_account", account, "SBATCH_ACCOUNT"),
+    ):
         if value and value != os.environ.get(variable):
             given.append(f"{key}={value}")
         elif os.environ.get(variable):

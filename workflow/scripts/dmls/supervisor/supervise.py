@@ -80,18 +80,7 @@ def _run(
     boot into `host_cache` (supervisor/hardware.py `host_facts`), or in this process when
     None. `runtime` is the config's: how the job's Python processes run."""
     fault = _fault_for(spec)  # a mistyped drill, or one that can't fire, stops here
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # Files a previous attempt may have left; Snakemake only removes the declared output.
-    protocol.clear_reports(run_dir)
-    for left in [run_dir / "history.csv", *run_dir.glob("model*.pt")]:
-        left.unlink(missing_ok=True)
-    host, software = (
-        host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
-    )
-    built = run_record.Builder(
-        spec, device=resolved_device(spec, host), nodes_emulated=spec.nodes > 1,
-        host={"hostname": host.hostname, "gpus": list(host.cuda_devices), **software},
-    )  # fmt: skip
+    host, built = _begin(spec, run_dir, host_cache)
     metrics = run_dir / "metrics.json"
     reason: str | None
     try:
@@ -123,22 +112,54 @@ def _run(
             )
             built.reserved(reservation.to_dict())
         commands = _commands(
-            spec, run_dir, data_dir, checkpoint_path, device=built.record["derived"]["device"],
+            spec,
+            run_dir,
+            data_dir,
+            checkpoint_path,
+            device=built.record["derived"]["device"],
             # srun is true only with a Slurm job
             port=cast(SlurmJob, slurm).rendezvous_port if srun else launch.free_port(),
-            threads=threads, srun=srun, runtime=runtime,
-        )  # fmt: skip
+            threads=threads,
+            srun=srun,
+            runtime=runtime,
+        )
         built.launched(
-            commands, threads=threads, isolation=isolation,
+            commands,
+            threads=threads,
+            isolation=isolation,
             load_average_before=os.getloadavg(),
-            fault=os.environ[protocol.ENV] if fault else None, runtime=runtime,
-        )  # fmt: skip
+            fault=os.environ[protocol.ENV] if fault else None,
+            runtime=runtime,
+        )
         exit_codes, seconds, first_failure = _start_and_wait(
             commands, log, reservation, heartbeat=joblog.heartbeat(spec.run_id, log)
         )
         built.exited(exit_codes, seconds)
-        return _collect(spec, built, run_dir, checkpoint_path, exit_codes, first_failure, log,
-                        strict)  # fmt: skip
+        return _collect(
+            spec, built, run_dir, checkpoint_path, exit_codes, first_failure, log, strict
+        )
+
+
+def _begin(
+    spec: RunSpec, run_dir: Path, host_cache: Path | None
+) -> tuple[Host, run_record.Builder]:
+    """The run's folder cleared of what a previous attempt may have left (Snakemake only
+    removes the declared output), and its record begun: the spec, the device it resolves to
+    on this host and the host's facts (probed once per boot into `host_cache`, or here)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    protocol.clear_reports(run_dir)
+    for left in [run_dir / "history.csv", *run_dir.glob("model*.pt")]:
+        left.unlink(missing_ok=True)
+    host, software = (
+        host_facts(host_cache) if host_cache is not None else (Host.probe(), describe())
+    )
+    built = run_record.Builder(
+        spec,
+        device=resolved_device(spec, host),
+        nodes_emulated=spec.nodes > 1,
+        host={"hostname": host.hostname, "gpus": list(host.cuda_devices), **software},
+    )
+    return host, built
 
 
 def _fault_for(spec: RunSpec) -> Fault | None:
@@ -167,9 +188,17 @@ def _commands(
 ) -> list[launch.Command]:
     """The launcher commands that start the run's ranks, each with its environment."""
     worker_args = [
-        "--spec", spec.to_json(), "--data-dir", str(data_dir), "--run-dir", str(run_dir),
-        "--checkpoint", str(checkpoint_path), "--gc", runtime["gc"],
-    ]  # fmt: skip
+        "--spec",
+        spec.to_json(),
+        "--data-dir",
+        str(data_dir),
+        "--run-dir",
+        str(run_dir),
+        "--checkpoint",
+        str(checkpoint_path),
+        "--gc",
+        runtime["gc"],
+    ]
     commands = launch.build_commands(
         spec, worker_args, device=device, port=port, threads=threads, srun=srun
     )
@@ -216,8 +245,11 @@ def _end(
     path: Path, built: run_record.Builder, status: str, reason: str, log: IO[str], strict: bool
 ) -> dict[str, Any]:
     """Record a run that did not train (skipped, failed) and say so in its log."""
-    print(f"{status.upper()} {built.record['study']}/{built.record['run']}: {reason}",
-          file=log, flush=True)  # fmt: skip
+    print(
+        f"{status.upper()} {built.record['study']}/{built.record['run']}: {reason}",
+        file=log,
+        flush=True,
+    )
     return _finish(path, built.ended(status, reason), strict)
 
 
@@ -267,9 +299,12 @@ def _start_and_wait(
     codes, the seconds taken and the exit code of the first launcher that failed (None if none
     did)."""
     outcome = processes.start_and_wait(
-        commands, log, env=reservation.environment() if reservation else None,
-        in_child=reservation.pin if reservation else None, heartbeat=heartbeat,
-    )  # fmt: skip
+        commands,
+        log,
+        env=reservation.environment() if reservation else None,
+        in_child=reservation.pin if reservation else None,
+        heartbeat=heartbeat,
+    )
     return outcome.exit_codes, outcome.seconds, outcome.first_failure
 
 

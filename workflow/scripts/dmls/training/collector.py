@@ -33,9 +33,11 @@ class GarbageCollection:
     def add_argument(cls, parser: argparse.ArgumentParser) -> None:
         """The command-line option that sets the mode, `--gc {freeze,default}`."""
         parser.add_argument(
-            "--gc", choices=cls.MODES, default="freeze",
+            "--gc",
+            choices=cls.MODES,
+            default="freeze",
             help="garbage collector: frozen after setup (freeze, the default) or Python's own",
-        )  # fmt: skip
+        )
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> GarbageCollection:

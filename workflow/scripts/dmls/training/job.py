@@ -108,13 +108,20 @@ def _train_seed(
     result = None
     if process.is_main:
         result = seed_result(
-            spec.seed, outcome, loaders=trainer.data, setup_s=fit_start - built, fit_s=fit_s,
-            effective_precisions=effective, fp8_linear_layers=trainer.fp8_linear_layers,
-            step=trainer.step_record(), peaks=all_peaks, step_memory=step_memory,
+            spec.seed,
+            outcome,
+            loaders=trainer.data,
+            setup_s=fit_start - built,
+            fit_s=fit_s,
+            effective_precisions=effective,
+            fp8_linear_layers=trainer.fp8_linear_layers,
+            step=trainer.step_record(),
+            peaks=all_peaks,
+            step_memory=step_memory,
             parameters=sum(p.numel() for p in trainer.model.parameters()),
             layers=trainer.layers(),
             energy_period_s=getattr(meter, "update_period_s", None),
-        )  # fmt: skip
+        )
         state = {"epoch": len(outcome["history"]), "model": weights}
         _save_model(model_path, spec, state)
         # The seed's end, kept until the job's result is written: a job killed during a later

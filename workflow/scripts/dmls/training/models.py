@@ -116,9 +116,13 @@ class WideMLP(nn.Module):
     that sharding divides. Each Linear is one unit that FSDP2 shards (`shard_units`)."""
 
     def __init__(
-        self, input_shape: Sequence[int], num_classes: int, hidden: int, layers: int,
+        self,
+        input_shape: Sequence[int],
+        num_classes: int,
+        hidden: int,
+        layers: int,
         activation: str,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         features = math.prod(input_shape)
         blocks: list[nn.Module] = [nn.Flatten()]
@@ -136,9 +140,10 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
     the leaf modules that hold parameters, so that one layer's parameters are gathered at a
     time."""
     return [
-        m for m in model.modules()
+        m
+        for m in model.modules()
         if not list(m.children()) and any(True for _ in m.parameters(recurse=False))
-    ]  # fmt: skip
+    ]
 
 
 def course_cnn(
@@ -149,9 +154,15 @@ def course_cnn(
 ) -> nn.Module:
     """The course CNN as the special studies take it (batch norm, ReLU, no dropout)."""
     spec = ModelSpec(
-        name="cnn", conv_channels=tuple(conv_channels), fc_hidden=fc_hidden, hidden=0,
-        layers=1, dropout=0.0, batch_norm=True, activation="relu",
-    )  # fmt: skip
+        name="cnn",
+        conv_channels=tuple(conv_channels),
+        fc_hidden=fc_hidden,
+        hidden=0,
+        layers=1,
+        dropout=0.0,
+        batch_norm=True,
+        activation="relu",
+    )
     return build_model(spec, input_shape, num_classes)
 
 
@@ -195,12 +206,14 @@ def describe(spec: ModelSpec, input_shape: Sequence[int], num_classes: int) -> l
 
     def hook(name: str):
         def record(module: nn.Module, _inputs, output) -> None:
-            layers.append({
-                "layer": name,
-                "kind": type(module).__name__,
-                "output_shape": [int(d) for d in output.shape[1:]],
-                "parameters": sum(p.numel() for p in module.parameters(recurse=False)),
-            })  # fmt: skip
+            layers.append(
+                {
+                    "layer": name,
+                    "kind": type(module).__name__,
+                    "output_shape": [int(d) for d in output.shape[1:]],
+                    "parameters": sum(p.numel() for p in module.parameters(recurse=False)),
+                }
+            )
 
         return record
 

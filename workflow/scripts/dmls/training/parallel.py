@@ -472,9 +472,12 @@ class Accelerate(SingleDevice):
         if acc.scaler is not None:
             self.fresh_scaler = copy.deepcopy(acc.scaler.state_dict())
         process = Process(
-            acc.process_index, acc.local_process_index, acc.num_processes, self._node_rank(),
+            acc.process_index,
+            acc.local_process_index,
+            acc.num_processes,
+            self._node_rank(),
             acc.device,
-        )  # fmt: skip
+        )
         return self._checked(process)
 
     @property

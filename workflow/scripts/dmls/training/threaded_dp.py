@@ -151,9 +151,12 @@ class PersistentReplicas:
         params = list(network.parameters())
         tensors = params + list(network.buffers())
         key = (
-            tuple(devices), tuple(map(id, modules)), tuple(map(id, tensors)),
-            tuple(t.dtype for t in tensors), tuple(p.requires_grad for p in params),
-        )  # fmt: skip
+            tuple(devices),
+            tuple(map(id, modules)),
+            tuple(map(id, tensors)),
+            tuple(t.dtype for t in tensors),
+            tuple(p.requires_grad for p in params),
+        )
         if key != self._key:
             self._build(network, modules, tensors, len(params), devices, key)
         with torch.no_grad():
@@ -166,9 +169,14 @@ class PersistentReplicas:
         return [network, *self._copies]
 
     def _build(
-        self, network: nn.Module, modules: list[nn.Module], tensors: list[torch.Tensor],
-        n_params: int, devices: list[torch.device], key: tuple,
-    ) -> None:  # fmt: skip
+        self,
+        network: nn.Module,
+        modules: list[nn.Module],
+        tensors: list[torch.Tensor],
+        n_params: int,
+        devices: list[torch.device],
+        key: tuple,
+    ) -> None:
         self._key = None
         by_dtype: dict[torch.dtype, list[int]] = {}
         for i, t in enumerate(tensors):
@@ -273,9 +281,11 @@ def _carve(flat: torch.Tensor, like: list[torch.Tensor], offsets: list[int]) -> 
 
 
 def _copy_onto(
-    network: nn.Module, tensors: list[torch.Tensor], views: dict[int, torch.Tensor],
+    network: nn.Module,
+    tensors: list[torch.Tensor],
+    views: dict[int, torch.Tensor],
     grads: dict[int, torch.Tensor],
-) -> nn.Module:  # fmt: skip
+) -> nn.Module:
     """The network's module tree once more, each module a shallow copy as `replicate` makes
     its replicas' (hooks and other attributes shared with the network's: a forward hook sees
     every replica), its parameter i (in `tensors`) a leaf on views[i] with grads[i] as its

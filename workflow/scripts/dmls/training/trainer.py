@@ -109,12 +109,16 @@ class Trainer:
         # a last batch of one sample (per device).
         feature_batch_norm = spec.model.name == "mlp" and spec.model.batch_norm
         self.data = make_loaders(
-            spec, data_dir, rank=process.rank, world_size=process.world_size,
-            device=process.device, samples_per_step=strategy.samples_per_step,
+            spec,
+            data_dir,
+            rank=process.rank,
+            world_size=process.world_size,
+            device=process.device,
+            samples_per_step=strategy.samples_per_step,
             memory_format=self.memory_format,
             devices_per_step=strategy.samples_per_step // spec.batch_size,
             min_samples_per_device=2 if feature_batch_norm else 1,
-        )  # fmt: skip
+        )
         self.memory = StepMemory(strategy.gpu_indices(), len(self.data.train))
         if self.data.unseen_reason and process.is_main:
             print(
@@ -187,10 +191,17 @@ class Trainer:
                 self.model, optimizer, scheduler
             )
             self.step = build_step(
-                spec, stream=stream, reason=reason, drill=drill, module=self.module,
-                strategy=strategy, optimizer=self.optimizer, autocast=self.autocast,
-                criterion=nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing), device=device,
-            )  # fmt: skip
+                spec,
+                stream=stream,
+                reason=reason,
+                drill=drill,
+                module=self.module,
+                strategy=strategy,
+                optimizer=self.optimizer,
+                autocast=self.autocast,
+                criterion=nn.CrossEntropyLoss(label_smoothing=spec.label_smoothing),
+                device=device,
+            )
 
     # -- epochs
     def train_epoch(self, epoch: int) -> tuple[float, float]:
