@@ -5,7 +5,7 @@ step and test-set evaluation cost at each depth, and what loading the fused kern
 
 DIR holds the prepared data (rules/data.smk's output, or datasets.prepare; the config's
 fashion_mnist unless --dataset). For every depth and mode of the study's default config
-(config/config.yaml), in this process, the study's own training (dmls/special/fused_conv.py
+(config/config.yaml), in this process, the study's own training (dmls/special/fused_conv/measure.py
 `train`) runs `--steps` steps of batch 64 from the same weights:
 - forward and backward per step, as the study times them (CUDA events, perf_counter on the
   CPU), over the steps after the config's warm-up;
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 from dmls.config import spec  # noqa: E402
 from dmls.data import datasets  # noqa: E402
-from dmls.special import fused_conv  # noqa: E402
-from dmls.special.kernels.fused_conv_relu import fuse_conv_relu, load_extension  # noqa: E402
+from dmls.special.fused_conv import measure as fused_conv  # noqa: E402
+from dmls.special.fused_conv.kernels.fused_conv_relu import fuse_conv_relu, load_extension  # noqa: E402
 
 
 def main() -> None:

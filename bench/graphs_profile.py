@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
 
-from dmls.special.graphs import INPUT_SHAPE, NUM_CLASSES, course_cnn, prepare
+from dmls.special.graphs.measure import INPUT_SHAPE, NUM_CLASSES, course_cnn, prepare
 
 CFG = {"conv_channels": [32, 64, 128], "fc_hidden": 256, "seed": 0}
 MODES = ("eager", "compile", "compile_reduce_overhead", "export")

@@ -1,4 +1,4 @@
-"""Where D1's GPU peak with full recomputation comes from (dmls/special/lenet_memory.py).
+"""Where D1's GPU peak with full recomputation comes from (dmls/special/lenet_memory/measure.py).
 
 In the study, full recomputation on the GPU lowered the peak of every combination but the first
 it measured (AdamW, fp32), whose peak rose instead. This measures, in one fresh process on a
@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
 from dmls.config.spec import special_study_config
-from dmls.special.lenet_memory import cuda_library_workspaces, measure
+from dmls.special.lenet_memory.measure import cuda_library_workspaces, measure
 
 
 def frame_of(frames: list[dict]) -> str:

@@ -4,7 +4,7 @@ moment of the highest allocated total, and the blocks then alive that the steps 
 grouped by size and the Python frames that allocated them.
 
 D4 (special study `sharding`) predicts each strategy's peak from the state and a few layers'
-buffers (dmls/special/sharding.py's docstring). This shows where a measured peak exceeds it.
+buffers (dmls/special/sharding/measure.py's docstring). This shows where a measured peak exceeds it.
 
     torchrun --nproc_per_node 4 bench/sharding_memory.py --strategy full \
         --out sharding_memory_full.json                                 (N CUDA GPUs)

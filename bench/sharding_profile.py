@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow" / "scripts"))
 
 from dmls.data import datasets
-from dmls.special.sharding import run_spec
+from dmls.special.sharding.measure import run_spec
 from dmls.training.parallel import strategy_for
 from dmls.training.trainer import Trainer
 

@@ -14,6 +14,7 @@ from dmls.config.studies import baseline_run, identical_runs, run_labels
 from dmls.data import datasets
 from dmls.report import captions
 from dmls.supervisor import slots
+from dmls.special.jobs import JOBS as SPECIAL_JOBS
 from dmls.supervisor.slurm import job_resources, study_job_resources
 
 RESULTS = config["results_dir"]
@@ -178,32 +179,6 @@ def compare_metrics(wildcards):
     ]
 
 
-def special_study_threads(name):
-    """A special study's threads: local_threads of its largest number of processes."""
-    return lambda wildcards: local_threads(
-        max(config["special_studies"][name]["processes"])
-    )
-
-
-def sharding_params():
-    """D4's config, with the collectives sweep's table where that study runs too: each
-    strategy's communication per step is predicted from it."""
-    cfg = dict(config["special_studies"]["sharding"])
-    if config["special_studies"]["collectives"]["enabled"]:
-        cfg["collectives_csv"] = f"{STUDIES_DIR}/collectives/collectives.csv"
-    return cfg
-
-
-def collectives_config():
-    """A5 explained's config, with the model and data set the A runs train (the defaults), so
-    that the gradient it reasons with is the one they all-reduce."""
-    defaults = config["defaults"]
-    model = {k: defaults["model"][k] for k in ("conv_channels", "fc_hidden")}
-    return config["special_studies"]["collectives"] | {
-        "gradient_model": {"dataset": defaults["dataset"], **model}
-    }
-
-
 def collectives_table(wildcards):
     """The collectives sweep's table, where the sweep runs: a study's communication per step is
     predicted from it (A5's backends, B1's processes on one host); else nothing."""
@@ -254,23 +229,6 @@ def run_resource(name):
     return resource
 
 
-def collectives_resource(name):
-    """One of the collectives job's resources (dmls.supervisor.slurm.study_job_resources), as
-    the Slurm executor plugin names it. Where a setup places its ranks on Slurm nodes
-    (`gloo-cpu-slurm`), the job asks for 2 nodes, one task each: its srun steps then run
-    inside its allocation (with 1 node, `srun --nodes 2` failed)."""
-
-    def resource(wildcards, attempt):
-        cfg = config["special_studies"]["collectives"]
-        nodes = 2 if any(s.endswith("-slurm") for s in cfg["setups"]) else 1
-        job = study_job_resources(
-            max(cfg["processes"]), nodes, config["cluster"], attempt
-        )
-        return job.rule_resources(on_cluster=on_cluster())[name]
-
-    return resource
-
-
 def local_threads(processes):
     """Cores of a timed job (config `isolation`) with `processes` processes' worth of cores
     (RunSpec.cpu_shares): every core Snakemake may use (`host`: nothing runs beside it),
@@ -288,11 +246,6 @@ def local_threads(processes):
     return workflow.cores
 
 
-def timed_threads(wildcards):
-    """Cores of a timed special study (B4, C, D1): one process, held like a training run's."""
-    return local_threads(1)
-
-
 def run_threads(wildcards):
     """CPU threads of a run on each of its nodes: what a cluster job asked for, or locally
     what its processes (all on this host) get."""
@@ -300,6 +253,109 @@ def run_threads(wildcards):
     if on_cluster():
         return job_resources(spec, config["cluster"]).cpus_per_task
     return local_threads(spec.cpu_shares)
+
+
+# --- The special studies' rules (rules/special_studies.smk), from each study's JOB ----------
+
+
+def special_study_files(name):
+    """What study `name` writes into its folder: summary.json and its JOB's outputs."""
+    folder = f"{STUDIES_DIR}/{name}"
+    files = {"summary": f"{folder}/summary.json"}
+    for key, file in SPECIAL_JOBS[name].outputs.items():
+        files[key] = (
+            directory(f"{folder}/{file[:-1]}")
+            if file.endswith("/")
+            else f"{folder}/{file}"
+        )
+    return files
+
+
+def _studies_read(name):
+    """The tables of the studies `name` reads (its JOB's `after`) that run in this config."""
+    return {
+        other: f"{STUDIES_DIR}/{other}/{next(iter(SPECIAL_JOBS[other].outputs.values()))}"
+        for other in SPECIAL_JOBS[name].after
+        if config["special_studies"][other]["enabled"]
+    }
+
+
+def special_study_inputs(name):
+    """Study `name`'s inputs: its prepared data set, C's built extension, the tables of the
+    studies it reads."""
+    job, cfg = SPECIAL_JOBS[name], config["special_studies"][name]
+    inputs = dict(_studies_read(name))
+    if job.data is not None:
+        dataset = cfg["dataset"] if job.data == "config" else job.data
+        inputs |= {
+            "manifest": prepared_manifest(dataset),
+            "arrays": prepared_arrays(dataset),
+        }
+    if job.extension:
+        inputs["extension"] = f"{RESULTS}/build/fused_conv_relu.json"
+    return lambda wildcards: inputs
+
+
+def special_study_config(name):
+    """Study `name`'s config, with the path of each table it reads (`<study>_csv`) and, for A5
+    explained, the model and data set the A runs train (the defaults)."""
+    cfg = dict(config["special_studies"][name])
+    for other, table in _studies_read(name).items():
+        cfg[f"{other}_csv"] = table
+    if SPECIAL_JOBS[name].a_runs_model:
+        defaults = config["defaults"]
+        model = {k: defaults["model"][k] for k in ("conv_channels", "fc_hidden")}
+        cfg["gradient_model"] = {"dataset": defaults["dataset"], **model}
+    return cfg
+
+
+def special_study_gpus(name):
+    """The GPUs study `name` uses: its JOB's count, or its largest number of processes."""
+    gpus = SPECIAL_JOBS[name].gpus
+    return (
+        max(config["special_studies"][name]["processes"])
+        if gpus == "processes"
+        else gpus
+    )
+
+
+def special_study_threads(name):
+    """Study `name`'s cores: a fixed count, one process's (a timed study, held like a training
+    run's) or its largest number of processes' (local_threads)."""
+    threads = SPECIAL_JOBS[name].threads
+    if threads == "timed":
+        return lambda wildcards: local_threads(1)
+    if threads == "processes":
+        processes = max(config["special_studies"][name]["processes"])
+        return lambda wildcards: local_threads(processes)
+    return threads
+
+
+def special_study_resources(name):
+    """Study `name`'s resources: locally the GPUs it reserves (study_gpus); under Slurm, for a
+    study whose setups place ranks on Slurm nodes (its JOB's `slurm_nodes`), the nodes its srun
+    steps span (2 where a setup ends in `-slurm`, one task each: with 1 node, `srun --nodes 2`
+    failed) and the cores of its ranks on each (dmls.supervisor.slurm.study_job_resources).
+    """
+    job, cfg = SPECIAL_JOBS[name], config["special_studies"][name]
+    resources = {}
+    if job.gpus:
+        resources["gpu"] = study_gpus(special_study_gpus(name))
+    if job.slurm_nodes:
+        nodes = 2 if any(s.endswith("-slurm") for s in cfg["setups"]) else 1
+
+        def slurm(key):
+            def resource(wildcards, attempt):
+                asked = study_job_resources(
+                    max(cfg["processes"]), nodes, config["cluster"], attempt
+                )
+                return asked.rule_resources(on_cluster=on_cluster())[key]
+
+            return resource
+
+        for key in ("nodes", "tasks", "mpi", "cpus_per_task", "mem_mb", "runtime"):
+            resources[key] = slurm(key)
+    return resources
 
 
 # The hooks: what they do is dmls/hooks.py's (unit-tested there); here, only what they are

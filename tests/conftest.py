@@ -130,7 +130,8 @@ def c(tmp_path, monkeypatch):
     """The fused-kernel study with its GPU modes as CPU baselines, so that the comparison runs
     on a host without CUDA: (summary, folder)."""
     from dmls.data import datasets
-    from dmls.special import fused_conv, runner
+    from dmls.special import runner
+    from dmls.special.fused_conv import measure as fused_conv
 
     data = tmp_path / "images"
     datasets.prepare("synthetic_cifar", {"n_train": 64, "n_test": 32, "seed": 0}, data)

@@ -11,7 +11,7 @@ from dmls import stats
 from dmls.report import special_answers as sa
 from dmls.report.phrases import full
 from dmls.special.catalog import STUDIES
-from dmls.special.sharding import STAGES
+from dmls.special.sharding.measure import STAGES
 
 # The `answer:` blocks proposed for report/studies.yaml, per special section.
 # The answers' templates as the report uses them: report/studies.yaml's special sections.
@@ -158,7 +158,7 @@ Project [Name#4, Age#5L, (Age#5L + 15) AS AgeAfterFiftheenYears#7L]
 
 def spark_summary():
     """A D6 summary as the study writes it, with the counts measured (SPARK)."""
-    from dmls.special import spark_lazy
+    from dmls.special.spark_lazy import measure as spark_lazy
 
     rows = []
     for variant in spark_lazy.VARIANTS:

@@ -28,7 +28,7 @@ def test_conda_env_pins_equal_requirements():
 def test_the_spark_env_is_the_pipelines_plus_java_and_the_pyspark_the_study_names():
     """D6's rule has its own env: the pipeline's pins, a JRE and pyspark, pinned as the study's
     skip message and the test requirements pin it."""
-    from dmls.special.spark_lazy import PYSPARK_VERSION
+    from dmls.special.spark_lazy.measure import PYSPARK_VERSION
 
     requirements = pins((ROOT / "envs" / "requirements.txt").read_text().splitlines())
     env = yaml.safe_load((ROOT / "envs" / "spark.yaml").read_text())

@@ -139,7 +139,7 @@ def test_the_estimate_says_what_it_rests_on_and_its_longest_jobs():
         "loader": "device", "precision": "fp32", "fixed_s": 5.0, "seed_s": 0.0,
         "first_warmup_s": 0.0, "train_s_per_sample": 0.1, "eval_s_per_sample": 0.0,
         "checkpoint_s": 0.0}}}}  # fmt: skip
-    jobs = [Job(1, "train", "t/r", 1, 0, 2), Job(2, "profile_b_model", "profiler", 1, 0, 40),
+    jobs = [Job(1, "train", "t/r", 1, 0, 2), Job(2, "profiler", "profiler", 1, 0, 40),
             Job(3, "aggregate_runs", "aggregate_runs", 1, 0, 0, (1, 2)),
             Job(4, "mystery", "mystery", 1, 0, 0)]  # fmt: skip
     config = {"special_studies": {"profiler": {"repeats": 2, "batch": 8}}}

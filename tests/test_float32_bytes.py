@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from dmls.special.float32_bytes import float32_fields, run
+from dmls.special.float32_bytes.measure import float32_fields, run
 
 
 def test_6_342e_5_matches_the_hand_computation():

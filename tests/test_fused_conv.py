@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dmls.data import datasets
-from dmls.special import fused_conv
+from dmls.special.fused_conv import measure as fused_conv
 
 CFG = {"dataset": "synthetic_cifar", "depths": [2, 10], "channels": 4, "fc_hidden": 8,
        "modes": ["cudnn", "fused", "no_cudnn", "cpu"], "epochs": 1, "batch_size": 16,

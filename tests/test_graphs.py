@@ -5,7 +5,8 @@ import csv
 import pytest
 
 from dmls.report.phrases import full
-from dmls.special import graphs, runner
+from dmls.special import runner
+from dmls.special.graphs import measure as graphs
 
 CFG = {
     "title": "D5", "devices": ["cpu", "cuda"], "conv_channels": [4, 8], "fc_hidden": 16,
@@ -103,7 +104,7 @@ def test_the_modes_take_turns_and_each_repeat_keeps_its_start_and_place(summary)
 def test_the_answer_compares_each_mode_with_eager_repeat_by_repeat():
     """A drift both shared cancels: eager and compiled both slowing 20% over the study read
     the same speed-up in every repeat."""
-    from dmls.special.graphs_spec import _graph_device
+    from dmls.special.graphs.spec import _graph_device
 
     eager = [20.0, 22.0, 24.0]
     row = {"status": "ok", "steady_step_ms": 11.0, "steady_step_ms_ci95": 1.0,

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmls.special.kernels.fused_conv_relu import (
+from dmls.special.fused_conv.kernels.fused_conv_relu import (
     UnsupportedConv,
     fuse_conv_relu,
     fused_conv_relu,

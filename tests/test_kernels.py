@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmls.special.kernels.fused_conv_relu import (
+from dmls.special.fused_conv.kernels.fused_conv_relu import (
     FusedConvReLU,
     UnsupportedConv,
     fuse_conv_relu,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dmls.special import lenet_memory
+from dmls.special.lenet_memory import measure as lenet_memory
 from dmls.training.models import LeNet5
 
 P = 156 + 2416 + 48120 + 10164 + 850  # 61,706 parameters

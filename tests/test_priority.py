@@ -48,7 +48,7 @@ def test_the_dags_long_poles_carry_their_priorities():
     assert out.returncode == 0, out.stderr
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    priority: (\d+)", out.stdout, re.M)
     studies = {rule for rule, p in jobs if int(p) == LONG_STUDY}
-    assert studies == {"fused_conv_benchmark", "collectives", "sharding", "graphs"}
+    assert studies == {"fused_conv", "collectives", "sharding", "graphs"}
     runs = re.findall(r"run=(\w+)\n(?:    .*\n)*?    priority: (\d+)", out.stdout)
     by_run = {run: int(p) for run, p in runs}
     assert by_run["dataparallel_2gpu_dataloader"] > by_run["ddp_2gpu"]

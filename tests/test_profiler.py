@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dmls import stats
-from dmls.special import profiler
+from dmls.special.profiler import measure as profiler
 from dmls.training.models import ClusterMLP
 
 BATCH, BATCHES, HIDDEN, CLASSES = 16, 6, 32, 20

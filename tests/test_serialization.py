@@ -6,8 +6,9 @@ import platform
 import pytest
 
 from dmls.report.phrases import full
-from dmls.special import runner, serialization
-from dmls.special.serialization_spec import facts as serialization_facts
+from dmls.special import runner
+from dmls.special.serialization import measure as serialization
+from dmls.special.serialization.spec import facts as serialization_facts
 from dmls.summary import read as read_summary
 
 

@@ -96,7 +96,7 @@ def test_predicted_peaks_follow_each_strategys_timeline():
     ZeRO-3: 936 + max over layers k of the reduced shards after k, 2·W(k), W(k−1) and W(k+1):
     at k = 1 (the second layer), 808/4 + 800 + 40 + 400 = 1,442; k = 2: 102 + 800 + 800 = 1,702;
     k = 3: 2 + 800 + 400 + 8 = 1,210."""
-    from dmls.special.sharding import predicted_peak
+    from dmls.special.sharding.measure import predicted_peak
 
     layers, p, n = [40, 400, 400, 400, 8], 312, 4
     state = 16 * p // n  # 1,248
@@ -110,7 +110,7 @@ def test_a_study_stopped_part_way_measures_only_the_setups_left(tmp_path, monkey
     """D4 keeps each measured setup's records until its results are written: stopped during
     the third setup, it measures the third and fourth only when run again, then drops them."""
     from dmls.data import datasets
-    from dmls.special import sharding
+    from dmls.special.sharding import measure as sharding
 
     datasets.prepare("synthetic_cifar", {"n_train": 8, "n_test": 4, "seed": 0}, tmp_path)
     cfg = {"dataset": "synthetic_cifar", "devices": ["cpu"], "processes": [2],
@@ -170,7 +170,7 @@ def test_d4_measures_a_zero3_step_through_the_engines_public_interface(tmp_path,
     """2 CPU ranks started as a training run's: each keeps half of every tensor, so its
     gradients take its parameters' bytes and Adam's two moments twice that."""
     from dmls.files import read_json
-    from dmls.special import sharding
+    from dmls.special.sharding import measure as sharding
 
     spec = sharding.run_spec(D4, "cpu", "full", 2)
     records = sharding.measure(spec, d4_data, tmp_path)
@@ -194,7 +194,8 @@ def test_a_d4_rank_that_fails_ends_its_setup_at_once_and_the_reason_names_it(
     """Rank 1 raises in the warm-up epoch (a fault drill, training/faults.py): its peer is
     stopped long before the ranks' timeout, and the reason is rank 1's error, not the lost
     connection its peer may report."""
-    from dmls.special import ranks, sharding
+    from dmls.special import ranks
+    from dmls.special.sharding import measure as sharding
 
     spec = sharding.run_spec(D4, "cpu", "full", 2)
     monkeypatch.setenv("DMLS_FAULT", f"rank=1,epoch=1,kind=raise,run={spec.run_id}")

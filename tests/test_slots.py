@@ -189,7 +189,7 @@ def test_with_isolation_snakemake_schedules_by_the_hosts_gpus(tmp_path):
     out = dry("devices")
     assert out.returncode == 0, out.stderr
     # C asks for the GPU it reserves; A1's 2-GPU runs for the one GPU there is.
-    job = re.search(r"rule fused_conv_benchmark:\n(?:    .*\n)*?    resources: (.*)", out.stdout)
+    job = re.search(r"rule fused_conv:\n(?:    .*\n)*?    resources: (.*)", out.stdout)
     assert job and "gpu=1" in job.group(1)
     gpus = {int(g) for g in re.findall(r"runtime=\d+, gpu=(\d+)", out.stdout)}
     assert gpus == {0, 1}

@@ -273,7 +273,7 @@ def test_the_collectives_sweep_runs_its_slurm_parts_inside_its_2_node_job(slurm_
 def test_in_a_1_node_job_the_slurm_sweep_is_skipped_naming_the_job(slurm_cluster):
     """Inside an allocation srun can't leave it: with 1 node the 2-node sweep can't run, and
     says why (before: srun's "Only allocated 1 nodes asked for 2" as a failed part)."""
-    probe = "from dmls.special.collectives import no_slurm_nodes; print(no_slurm_nodes())"
+    probe = "from dmls.special.collectives.measure import no_slurm_nodes; print(no_slurm_nodes())"
     out = subprocess.run(
         ["srun", "--nodes", "1", "--ntasks", "1", sys.executable, "-c", probe],
         env=os.environ | {"PYTHONPATH": str(ROOT / "workflow" / "scripts")},

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dmls import stats
-from dmls.special import spare_failure
+from dmls.special.spare_failure import measure as spare_failure
 
 
 def test_closed_forms_for_two_machines_by_hand():

@@ -10,7 +10,7 @@ import sys
 import psutil
 import pytest
 
-from dmls.special import spark_lazy
+from dmls.special.spark_lazy import measure as spark_lazy
 
 # (jobs, stages run, stages skipped) of each line that starts anything, measured with pyspark
 # 4.3.0 on local[2] with Spark's defaults (AQE on); every other line (the lists, createDataFrame,

@@ -13,7 +13,7 @@ from dmls.report.phrases import full
 from dmls.report.special_answers import read_csv_rows
 from dmls.report.wording import ratio_strings
 from dmls.special import runner
-from dmls.special.fused_conv_spec import _ms
+from dmls.special.fused_conv.spec import _ms
 from special_fixtures import GRADIENT, answer, facts_of, sweep_rows
 
 
@@ -177,8 +177,8 @@ def test_c_without_cuda_says_why_the_kernel_is_not_measured(tmp_path):
 
 
 def test_c_names_every_mode_timed_only_and_no_mode_whose_accuracy_failed():
-    from dmls.special.fused_conv import TIMED_ONLY
-    from dmls.special.fused_conv_spec import Measured
+    from dmls.special.fused_conv.measure import TIMED_ONLY
+    from dmls.special.fused_conv.spec import Measured
 
     rows = [
         {"depth": 2, "mode": "cudnn", "status": "ok", "accuracy_reason": None},

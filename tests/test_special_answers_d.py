@@ -10,7 +10,7 @@ import pytest
 from dmls import stats
 from dmls.report.comparisons import NotMeasured
 from dmls.special import runner
-from dmls.special.sharding import STAGES
+from dmls.special.sharding.measure import STAGES
 from special_fixtures import (
     CONTROL,
     EAGER,
@@ -320,7 +320,7 @@ def test_d6_names_the_lines_that_start_jobs_and_what_collect_after_count_recompu
 
 
 def test_d6_without_spark_answers_not_measured_with_the_command_that_installs_it(tmp_path):
-    from dmls.special import spark_lazy
+    from dmls.special.spark_lazy import measure as spark_lazy
 
     reason = spark_lazy.missing_dependencies({"PATH": str(tmp_path)})[-1]
     summary = {"status": "skipped", "rows": spark_lazy._unmeasured("skipped", reason)}

@@ -20,7 +20,8 @@ SPECIAL = ROOT / "workflow" / "scripts" / "dmls" / "special"
 
 
 def schema() -> dict:
-    return json.loads(summary.SCHEMA_PATH.read_text())
+    """summary.schema.json with each study's own keys (dmls/special/<name>/summary.schema.json)."""
+    return summary.schema()
 
 
 def payload_keys() -> dict[str, set[str]]:
@@ -173,7 +174,7 @@ def test_the_schema_knows_every_study_and_what_its_run_returns():
     properties = schema()["properties"]
     assert set().union(*declared.values()) <= set(properties)
     for name in runner.STUDIES:
-        source = (SPECIAL / f"{name}.py").read_text()
+        source = (SPECIAL / name / "measure.py").read_text()
         run = next(
             n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "run"
         )
@@ -244,3 +245,12 @@ def test_a_timed_studys_reservation_is_its_rows_gpus_and_cores_in_the_timeline(t
     assert (untimed["gpus"], untimed["cores"]) == (0, 2)
     bad = valid() | {"reserved": {"gpus": ["1"], "cores": [-1], "waited_s": 0.0}}
     assert any("reserved/cores/0" in p for p in summary.problems(bad))
+
+
+def test_each_study_declares_its_own_keys_in_its_folder():
+    """A study's payload schema lives in its folder; the summary schema holds every catalogued
+    study to its own, and a study absent from the catalog's folders has none."""
+    from dmls.special.catalog import STUDIES
+
+    assert set(payload_keys()) == set(STUDIES)
+    assert all((SPECIAL / name / "summary.schema.json").is_file() for name in STUDIES)

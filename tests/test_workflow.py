@@ -39,11 +39,8 @@ EXPECTED_RUNS_IN_REPORT_ORDER = [*list(EXPECTED_RUNS)[:1], "overfitting", *list(
 # The special studies, in the catalog's order (the report's too).
 SPECIAL_STUDIES = list(STUDIES)
 EXPECTED_TRAIN_JOBS = sum(EXPECTED_RUNS.values())
-SPECIAL_STUDY_RULES = (
-    "profile_b_model", "build_fused_conv_relu", "fused_conv_benchmark", "lenet_memory",
-    "spare_failure", "float32_bytes", "graphs", "collectives", "sharding", "spark_lazy",
-    "serialization",
-)  # fmt: skip
+# A rule per special study, named by it (rules/special_studies.smk), and C's extension build.
+SPECIAL_STUDY_RULES = (*STUDIES, "build_fused_conv_relu")
 
 
 def snakemake(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -305,7 +302,7 @@ def test_replaced_prepared_arrays_rerun_the_runs_that_read_them(tmp_path):
     np.savez(arrays, **replaced)
     updated = f"Updated input files: {arrays}"
     assert planned_jobs(*targets, *settings) == {
-        "train": updated, "profile_b_model": updated,
+        "train": updated, "profiler": updated,
     }  # fmt: skip
 
     # Deleted, the arrays are prepared again before a run that must run reads them.
@@ -664,7 +661,7 @@ def host_cant(row: dict) -> bool:
     """Whether a skipped part is one this host can't run, with the reason: a GPU's, or a Slurm
     placement's where no 2-node Slurm cluster answers (the README's test command passes
     without Slurm). Before: only a GPU's was allowed, so the test failed without Slurm."""
-    from dmls.special.collectives import no_slurm_nodes
+    from dmls.special.collectives.measure import no_slurm_nodes
 
     slurm_missing = row.get("placement") == "slurm" and no_slurm_nodes() is not None
     return bool(row["reason"]) and (row.get("device") == "cuda" or slurm_missing)
@@ -702,7 +699,7 @@ def assert_special_studies(studies: Path) -> None:
     assert all(graphs[("cpu", m)]["steady_step_ms"] > 0 for m in ("eager", "compile", "export"))
     control = {c["capture"]: c for c in summaries["graphs"]["control_flow"]}
     assert control["torch.compile"]["graph_breaks"] == 1
-    from dmls.special.collectives import no_slurm_nodes
+    from dmls.special.collectives.measure import no_slurm_nodes
 
     gloo = [r for r in summaries["collectives"]["rows"] if r["backend"] == "gloo"]
     cpu = [r for r in gloo if r["device"] == "cpu"]

@@ -5,7 +5,7 @@ Snakemake puts this folder on sys.path and defines `snakemake` before running th
 """
 
 from dmls.joblog import job_log
-from dmls.special.runner import build_from_snakemake
+from dmls.special.fused_conv.build import build_from_snakemake
 
 with job_log(snakemake.log[0]) as log:  # noqa: F821
     build_from_snakemake(snakemake, log)  # noqa: F821

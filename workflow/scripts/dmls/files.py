@@ -130,9 +130,13 @@ def read_json(path: Path) -> Any:
 @functools.cache
 def schema_validator(schema_path: Path) -> Any:
     """A JSON Schema validator for the schema in `schema_path`, itself checked, built once."""
+    return validator_of(json.loads(schema_path.read_text()))
+
+
+def validator_of(schema: dict[str, Any]) -> Any:
+    """A JSON Schema validator for `schema`, itself checked."""
     import jsonschema
 
-    schema = json.loads(schema_path.read_text())
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)

@@ -16,11 +16,12 @@ status agree with the rows). Importing this module pulls neither torch nor panda
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dmls.files import read_checked, schema_validator, write_checked
+from dmls.files import read_checked, read_json, validator_of, write_checked
 
 SUMMARY_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("summary.schema.json")
@@ -77,8 +78,37 @@ def new(
     }
 
 
+# Each study's own keys: dmls/special/<name>/summary.schema.json, beside its measuring code.
+STUDY_SCHEMAS = Path(__file__).with_name("special")
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    """summary.schema.json with, for each study that declares its own keys (its folder's
+    summary.schema.json, read as data: this module imports no study), a rule that holds its
+    summaries to them; a study none declares (a test's) has no payload."""
+    base = read_json(SCHEMA_PATH)
+    payloads = {
+        p.parent.name: read_json(p) for p in sorted(STUDY_SCHEMAS.glob("*/summary.schema.json"))
+    }
+    rules: list[dict[str, Any]] = [
+        {"if": {"properties": {"study": {"const": name}}, "required": ["study"]}, "then": payload}
+        for name, payload in payloads.items()
+    ]
+    unknown = {"not": {"enum": list(payloads)}}
+    rules.append(
+        {
+            "if": {"properties": {"study": unknown}, "required": ["study"]},
+            "then": {"propertyNames": {"$ref": "#/$defs/frame_key"}},
+            "description": "A study this schema does not know (a test's) has no payload.",
+        }
+    )
+    return base | {"allOf": rules}
+
+
+@functools.cache
 def _validator() -> Any:
-    return schema_validator(SCHEMA_PATH)
+    return validator_of(schema())
 
 
 def _declared() -> set[str]:

@@ -1,6 +1,6 @@
 """A special study's facts as parts, rendered twice: the whole answer and its brief.
 
-A special study's declaration (dmls/special/<name>_spec.py) writes its answer's facts; most are
+A special study's declaration (dmls/special/<name>/spec.py) writes its answer's facts; most are
 plain text, but two kinds of part render differently by where they are read:
 
 - a `Figure` says a ratio with its interval and both means in the whole answer

@@ -9,7 +9,7 @@ or one for all, and the topic a missing part is named by:
       - topic: failure with and without a spare
         say: "For {vector}, the job fails with probability {no_spare} without a spare ..."
 
-The study's declaration (dmls/special/<name>_spec.py, `StudySpec.facts`) reads its summary
+The study's declaration (dmls/special/<name>/spec.py, `StudySpec.facts`) reads its summary
 (and its folder, for the CSVs the summary does not hold): `(summary, folder) -> (case, facts)`,
 the facts already written as text, or it raises NotMeasured with the reason when the study did
 not produce what the answer needs (a failed or skipped study, the rows the answer reads skipped
@@ -91,7 +91,7 @@ def fill(template: str, facts: dict[str, str | Phrase]) -> Phrase:
     return out
 
 
-# --- What a study's facts read from its summary (dmls/special/*_spec.py) ----------------
+# --- What a study's facts read from its summary (dmls/special/*/spec.py) ----------------
 
 
 def not_measured(why: str) -> Phrase:

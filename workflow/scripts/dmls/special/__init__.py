@@ -1,8 +1,9 @@
-"""The studies that are not training runs of the engine, one module each, named by the study:
+"""The studies that are not training runs of the engine, one folder each, named by the study:
 profiler (B4), fused_conv (C, with its CUDA kernel in kernels/), lenet_memory (D1),
 spare_failure (D2), float32_bytes (D3), sharding (D4), graphs (D5), spark_lazy (D6),
-serialization (D7), collectives (A5 explained). Beside each, `<name>_spec.py` declares it
-(dmls/study_spec.py); catalog.py registers them; runner.py runs any of them as a rule's job."""
+serialization (D7), collectives (A5 explained). In each, `measure.py` measures it and `spec.py`
+declares it (dmls/study_spec.py); catalog.py registers them; runner.py runs any of them as a
+rule's job; ranks.py starts a study's ranks."""
 
 
 def error_line(exc: BaseException, qualified: bool = False) -> str:

@@ -26,7 +26,6 @@ import torch
 from dmls import bytecode, joblog, summary
 from dmls.files import read_json
 from dmls.special.catalog import STUDIES
-from dmls.special.kernels import fused_conv_relu
 from dmls.supervisor import launch, processes, slots
 from dmls.supervisor.hardware import Host, describe
 
@@ -73,32 +72,6 @@ def run_study(
             f"{name}: {len(incomplete)} part(s) not ok, first: {incomplete[0]['reason']}"
         )
     return written
-
-
-def build_from_snakemake(snakemake: Any, log: IO[str]) -> None:
-    """Entry of the `build_fused_conv_relu` rule (workflow/scripts/build_extension.py): compile
-    C's CUDA extension, record how. It logs through `logging` into the rule's `log`, open
-    (dmls.joblog)."""
-    build_root, out = Path(snakemake.params.build_root), Path(snakemake.output.record)
-    # The build runs in a process of its own, its environment given to it (one policy).
-    code = (
-        "import sys; from pathlib import Path\n"
-        "from dmls.files import write_json\n"
-        "from dmls.special.kernels.fused_conv_relu import prebuild\n"
-        "write_json(Path(sys.argv[2]), prebuild(Path(sys.argv[1])))"
-    )
-    env = fused_conv_relu.build_environment(build_root, snakemake.threads)
-    command = launch.Command(
-        [sys.executable, "-c", code, str(build_root), str(out)], env | launch.python_path()
-    )
-    log.flush()
-    outcome = processes.start_and_wait([command], log)
-    if not outcome.ok:
-        raise StudyIncomplete(f"building the extension exited with {outcome.exit_codes[0]}")
-    record = read_json(out)
-    logging.info("%s", record)
-    if snakemake.config["strict"] and record["status"] == "failed":
-        raise StudyIncomplete(f"{record['extension']}: {record['reason']}")
 
 
 def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:

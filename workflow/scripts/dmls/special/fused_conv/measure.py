@@ -46,7 +46,7 @@ from torch import nn
 from dmls import stats
 from dmls.data import datasets
 from dmls.files import new_figure, save_figure, write_csv
-from dmls.special.kernels.fused_conv_relu import fuse_conv_relu, load_extension
+from dmls.special.fused_conv.kernels.fused_conv_relu import fuse_conv_relu, load_extension
 from dmls.training.models import CourseCNN
 
 log = logging.getLogger(__name__)

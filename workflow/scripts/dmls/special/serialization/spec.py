@@ -1,4 +1,4 @@
-"""The declaration of D7 (serialization's pitfalls, shown by dmls/special/serialization.py): the
+"""The declaration of D7 (serialization's pitfalls, shown by measure.py beside it): the
 facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
@@ -126,7 +126,6 @@ def _trust(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 SPEC = StudySpec(
     name="serialization",
-    entry="dmls.special.serialization:run",
     facts=facts,
     tables=(
         Table(

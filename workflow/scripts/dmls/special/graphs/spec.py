@@ -1,4 +1,4 @@
-"""The declaration of D5 (graphs, compiled and exported, measured by dmls/special/graphs.py): the
+"""The declaration of D5 (graphs, compiled and exported, measured by measure.py beside it): the
 facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
@@ -105,7 +105,6 @@ def _branch(row: dict[str, Any]) -> str:
 
 SPEC = StudySpec(
     name="graphs",
-    entry="dmls.special.graphs:run",
     facts=facts,
     tables=(
         Table(

@@ -1,5 +1,5 @@
 """The declaration of D6 (Spark's lazy evaluation, line by line, run by
-dmls/special/spark_lazy.py): the facts its answer is filled from and what its report section
+measure.py beside it): the facts its answer is filled from and what its report section
 shows (dmls/study_spec.py).
 """
 
@@ -123,7 +123,6 @@ def _optimized(summary: dict[str, Any], chain: str) -> str | Phrase:
 
 SPEC = StudySpec(
     name="spark_lazy",
-    entry="dmls.special.spark_lazy:run",
     facts=facts,
     tables=(
         Table(

@@ -1,5 +1,5 @@
 """The declaration of A5 explained (the collectives' sweep, measured by
-dmls/special/collectives.py): the facts its answer is filled from and what its report section
+measure.py beside it): the facts its answer is filled from and what its report section
 shows (dmls/study_spec.py).
 """
 
@@ -115,7 +115,6 @@ def _setup(backend: str, device: str, placement: str) -> str:
 SPEC = StudySpec(
     name="collectives",
     cases=("compared", "no_nccl"),
-    entry="dmls.special.collectives:run",
     facts=facts,
     tables=(
         Table(

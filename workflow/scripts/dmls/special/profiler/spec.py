@@ -1,4 +1,4 @@
-"""The declaration of B4 (the profiler study, measured by dmls/special/profiler.py): the facts its
+"""The declaration of B4 (the profiler study, measured by measure.py beside it): the facts its
 answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
@@ -123,7 +123,6 @@ def _ranking(block: dict[str, Any], unit: str) -> str:
 
 SPEC = StudySpec(
     name="profiler",
-    entry="dmls.special.profiler:run",
     facts=facts,
     tables=(
         Table(

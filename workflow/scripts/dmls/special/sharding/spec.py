@@ -1,4 +1,4 @@
-"""The declaration of D4 (sharding's memory and time, measured by dmls/special/sharding.py): the
+"""The declaration of D4 (sharding's memory and time, measured by measure.py beside it): the
 facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
@@ -137,7 +137,6 @@ def _steps(row: dict[str, Any]) -> list[float]:
 
 SPEC = StudySpec(
     name="sharding",
-    entry="dmls.special.sharding:run",
     facts=facts,
     tables=(
         Table(

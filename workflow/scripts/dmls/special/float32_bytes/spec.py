@@ -1,4 +1,4 @@
-"""The declaration of D3 (the bytes of a float32, computed by dmls/special/float32_bytes.py): the
+"""The declaration of D3 (the bytes of a float32, computed by measure.py beside it): the
 facts its answer is filled from and what its report section shows (dmls/study_spec.py).
 """
 
@@ -46,7 +46,6 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
 SPEC = StudySpec(
     name="float32_bytes",
     cases=("exact", "inexact"),
-    entry="dmls.special.float32_bytes:run",
     facts=facts,
     tables=(
         Table(

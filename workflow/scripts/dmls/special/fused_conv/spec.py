@@ -1,5 +1,5 @@
 """The declaration of C (the fused conv + ReLU kernel against cuDNN, measured by
-dmls/special/fused_conv.py): the facts its answer is filled from and what its report section
+measure.py beside it): the facts its answer is filled from and what its report section
 shows (dmls/study_spec.py).
 """
 
@@ -174,7 +174,6 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
 
 SPEC = StudySpec(
     name="fused_conv",
-    entry="dmls.special.fused_conv:run",
     facts=facts,
     repeats=(
         ("repeats", "speed repeats"),

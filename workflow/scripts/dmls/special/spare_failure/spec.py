@@ -1,5 +1,5 @@
 """The declaration of D2 (failure with and without a spare, computed by
-dmls/special/spare_failure.py): the facts its answer is filled from and what its report section
+measure.py beside it): the facts its answer is filled from and what its report section
 shows (dmls/study_spec.py).
 """
 
@@ -64,7 +64,6 @@ def facts(summary: dict[str, Any], folder: Path) -> Facts:
 SPEC = StudySpec(
     name="spare_failure",
     cases=("all_within", "within_chance", "outside"),
-    entry="dmls.special.spare_failure:run",
     facts=facts,
     tables=(
         Table(

@@ -1,5 +1,5 @@
 """The declaration of D1 (LeNet-5's memory, estimated and measured, by
-dmls/special/lenet_memory.py): the facts its answer is filled from and what its report section
+measure.py beside it): the facts its answer is filled from and what its report section
 shows (dmls/study_spec.py).
 """
 
@@ -136,7 +136,6 @@ def _change(peak: int, reference: int) -> str:
 SPEC = StudySpec(
     name="lenet_memory",
     cases=("full", "no_full"),
-    entry="dmls.special.lenet_memory:run",
     facts=facts,
     tables=(
         Table(
