@@ -13,6 +13,7 @@ from dmls import summary
 from dmls.files import read_json
 from dmls.joblog import job_log
 from dmls.special import runner
+from dmls.special.fused_conv import build
 from dmls.summary import read as read_summary
 
 
@@ -82,7 +83,7 @@ def test_the_extension_build_job_says_why_it_built_nothing_on_a_host_without_gpu
         params=SimpleNamespace(build_root=str(tmp_path / "ext")),
     )
     with job_log(job.log[0]) as log:
-        runner.build_from_snakemake(job, log)
+        build.build_from_snakemake(job, log)
     record = read_json(record_path)
     assert record["status"] == "skipped" and "no CUDA GPU" in record["reason"]
     assert "TORCH_EXTENSIONS_DIR" not in os.environ  # the job's own process is unchanged
