@@ -422,8 +422,8 @@ def test_a4s_techniques_are_read_in_the_setting_they_ran():
         return answers.study_answer(a4, study)[-1]
 
     falling = setting([2.0, 1.5, 1.2])
-    assert falling.startswith("The bare baseline none did not overfit in 3 epochs")
-    assert "(validation loss lowest at epoch 3," in falling
+    assert falling.startswith("Whether the bare baseline none overfits, 3 epochs can't show")
+    assert "its validation loss was still lowest at epoch 3, the last" in falling
     assert "The bare baseline none overfit within 4 epochs" in setting([2.0, 1.2, 1.3, 1.5])
     # Each technique's gap (train 60%, test 50%: +10 points), and where early stopping fired.
     assert falling.endswith("dropout on): none +10.0 (+9.5 to +10.5), train 60.0%; dropout "

@@ -57,10 +57,11 @@ def new(
     started_at: str,
     wall_time_s: float,
     reserved: dict[str, Any] | None = None,
+    load_average_before: list[float] | None = None,
 ) -> dict[str, Any]:
     """A study's summary: its `result` (what its `run` returned: `rows` and its payload) in the
     frame every summary carries; `reserved`, the GPUs and cores its job held, where it held
-    some."""
+    some; `load_average_before`, the host's load averages (1, 5, 15 minutes) as it began."""
     rows = result["rows"]
     return {
         "summary_version": SUMMARY_VERSION,
@@ -75,6 +76,7 @@ def new(
         "started_at": started_at,
         "wall_time_s": wall_time_s,
         **({"reserved": reserved} if reserved else {}),
+        **({"load_average_before": load_average_before} if load_average_before else {}),
     }
 
 

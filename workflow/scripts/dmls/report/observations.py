@@ -438,8 +438,9 @@ def time_to_accuracy(study: Study) -> list[str]:
 
 
 def _cold_seeds_to_target(study: Study) -> list[str]:
-    """Which seeds the times to the target come from (record.timed_seeds), and how much longer
-    each job's first seed took to get there: the process's one-time warm-up."""
+    """Which seeds the times to the target come from (record.timed_seeds), and how much more
+    (or less) each job's first seed took to get there, its cause left unsaid: no run isolates
+    a process's one-time warm-up."""
     assert study.target_accuracy is not None  # (from time_to_accuracy: a study with a target)
     extra, cold_only = [], []
     for run in study.ok.index:
@@ -450,15 +451,14 @@ def _cold_seeds_to_target(study: Study) -> list[str]:
         if excess is None:
             cold_only.append(run)
         else:
-            extra.append(f"{run} {in_s(excess)}")
+            extra.append(f"{run} {in_s(abs(excess))} {'more' if excess >= 0 else 'less'}")
     lines = []
     if extra:
         lines.append(
             "Times and energy to the target are those of the seeds that trained in a warm "
-            "process, each job's seeds after its first: the first seed of a process also pays, "
-            "in its first epoch, what the process does once (cuDNN's autotuning, loading "
-            "kernels, compile caches), and took longer to the target by "
-            f"{', '.join(extra)}. A job of one seed pays that in every seed."
+            "process, each job's seeds after its first; each job's first seed took, to the "
+            f"target, against them: {', '.join(extra)}. How much of that is what a process "
+            "does once (warm-up) no run here isolates; a job of one seed has only a first seed."
         )
     if cold_only and extra:
         lines.append(

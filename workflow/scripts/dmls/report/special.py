@@ -55,7 +55,7 @@ def provenance(
     synthetic, samples, epochs) where it trains, what it repeats (`repeats`: its declaration's
     config keys, with their words), and where its parts ran (the GPU's name, the CPU), from its
     summary; `course_data`, the data set the course used (report/studies.yaml), is named where
-    ours stands in for it."""
+    ours stands in for it; the host's 1-minute load as it began, where recorded."""
     cfg, host = summary.get("config") or {}, summary.get("host") or {}
     parts = []
     if dataset := cfg.get("dataset"):
@@ -76,7 +76,11 @@ def provenance(
     where = [named.get(d, d) for d in devices] or [machine(host)]
     if ran and any("mode" in r and "device" not in r and r["mode"] != "cpu" for r in ran):
         where = [named["cuda"], *(w for w in where if w != named["cuda"])]  # (C's GPU modes)
-    return f"Ran on {'; '.join(parts) + '; ' if parts else ''}{' and '.join(where)}."
+    said = f"Ran on {'; '.join(parts) + '; ' if parts else ''}{' and '.join(where)}"
+    if load := summary.get("load_average_before"):  # what else ran on the host, as measured
+        cores = f"/{host['cpu_count']} cores" if host.get("cpu_count") else ""
+        said += f"; load {load[0]:.1f}{cores} as it began"
+    return said + "."
 
 
 def load(summary_path: Path, studies: Mapping[str, StudySpec]) -> dict[str, Any]:

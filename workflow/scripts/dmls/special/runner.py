@@ -52,6 +52,7 @@ def run_study(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     started, start = dt.datetime.now(dt.UTC), time.perf_counter()
+    load = list(os.getloadavg())  # what else ran on the host as it began, as measured
     result = STUDIES[name].measure()(cfg, out_dir, data_dir=data_dir, threads=threads)
     host = Host.probe()
     written = summary.new(
@@ -64,6 +65,7 @@ def run_study(
         started_at=started.isoformat(timespec="seconds"),
         wall_time_s=time.perf_counter() - start,
         reserved=json.loads(os.environ[RESERVED]) if RESERVED in os.environ else None,
+        load_average_before=load,
     )
     summary.write(out_dir / "summary.json", written)
     incomplete = [r for r in result["rows"] if r["status"] != "ok"]
