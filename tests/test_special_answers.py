@@ -142,7 +142,7 @@ def test_every_special_section_says_what_it_ran_on():
     # What shared the host, as measured: its load as the study began, against its cores.
     loaded = arithmetic | {"host": host | {"cpu_count": 2, "gpus": []}}
     assert special.provenance(loaded | {"load_average_before": [4.3, 4.1, 3.0]}) == (
-        "Ran on host h (2 cores of Xeon; no GPU); load 4.3/2 cores as it began."
+        "Ran on host h (2 cores of Xeon; no GPU); load 4.3/2 cores."
     )
 
 

@@ -79,7 +79,7 @@ def provenance(
     said = f"Ran on {'; '.join(parts) + '; ' if parts else ''}{' and '.join(where)}"
     if load := summary.get("load_average_before"):  # what else ran on the host, as measured
         cores = f"/{host['cpu_count']} cores" if host.get("cpu_count") else ""
-        said += f"; load {load[0]:.1f}{cores} as it began"
+        said += f"; load {load[0]:.1f}{cores}"  # (as it began: the term "load" says so)
     return said + "."
 
 
