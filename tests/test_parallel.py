@@ -67,7 +67,7 @@ def test_a_single_device_steps_with_its_loss_scaler_only_in_fp16(precision):
 def test_ddp_joins_the_group_torchrun_prepared_and_skips_sync_on_request(monkeypatch):
     spec = make_spec(device="cpu", launcher="torchrun", nproc_per_node=1, backend="gloo")
     strategy = strategy_for(spec)
-    with pytest.raises(RuntimeError, match=r"RANK is unset: start train\.py via torchrun"):
+    with pytest.raises(RuntimeError, match=r"RANK is unset: start rank\.py via torchrun"):
         strategy.join()
     env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), GROUP_RANK="0")  # fmt: skip
