@@ -85,7 +85,7 @@ def main_from_snakemake(snakemake: Any, log: IO[str]) -> None:
     env: dict[str, str] = {}
     prebuilt = getattr(snakemake.input, "extension", None)
     if prebuilt and (record := read_json(Path(prebuilt)))["status"] == "ok":
-        # Load the extension the build job compiled (rules/studies.smk) instead of compiling
+        # Load the extension the build job compiled (rules/special_studies.smk) instead of compiling
         # it again while this study holds a GPU.
         env["TORCH_EXTENSIONS_DIR"] = record["build_root"]
     if snakemake.config["runtime"]["bytecode_cache"]:

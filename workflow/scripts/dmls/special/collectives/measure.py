@@ -227,7 +227,7 @@ def unavailable(backend: str, device: str, world: int, placement: str = "host") 
 def no_slurm_nodes() -> str | None:
     """Why no srun step can span 2 nodes from here, or None. Inside a Slurm job the step runs
     in the job's allocation, which must hold 2 nodes (the Slurm profile asks for them:
-    rules/studies.smk); elsewhere srun asks the cluster for them."""
+    rules/special_studies.smk); elsewhere srun asks the cluster for them."""
     if shutil.which("srun") is None:
         return "no Slurm cluster here (srun not found)"
     if job_id := os.environ.get("SLURM_JOB_ID"):
