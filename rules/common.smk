@@ -183,7 +183,7 @@ def collectives_table(wildcards):
     """The collectives sweep's table, where the sweep runs: a study's communication per step is
     predicted from it (A5's backends, B1's processes on one host); else nothing."""
     if config["special_studies"]["collectives"]["enabled"]:
-        return f"{STUDIES_DIR}/collectives/collectives.csv"
+        return special_study_files("collectives")["table"]
     return []
 
 
@@ -272,9 +272,10 @@ def special_study_files(name):
 
 
 def _studies_read(name):
-    """The tables of the studies `name` reads (its JOB's `after`) that run in this config."""
+    """The tables (their `table` output) of the studies `name` reads, its JOB's `after`, that
+    run in this config."""
     return {
-        other: f"{STUDIES_DIR}/{other}/{next(iter(SPECIAL_JOBS[other].outputs.values()))}"
+        other: special_study_files(other)["table"]
         for other in SPECIAL_JOBS[name].after
         if config["special_studies"][other]["enabled"]
     }
@@ -292,8 +293,8 @@ def special_study_inputs(name):
             "arrays": prepared_arrays(dataset),
         }
     if job.extension:
-        inputs["extension"] = f"{RESULTS}/build/fused_conv_relu.json"
-    return lambda wildcards: inputs
+        inputs["extension"] = rules.build_fused_conv_relu.output.record
+    return inputs
 
 
 def special_study_config(name):

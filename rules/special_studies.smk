@@ -5,13 +5,30 @@
 # target list is special_study_outputs() in common.smk.
 
 
+rule build_fused_conv_relu:
+    """C's CUDA extension, compiled before the study starts: nvcc needs cores, not the GPU the
+    study holds while it runs. Where it can't be built, the record says why (the study tries
+    again and reports it)."""
+    output:
+        record=f"{RESULTS}/build/fused_conv_relu.json",
+    log:
+        f"{RESULTS}/logs/build/fused_conv_relu.log",
+    conda:
+        "../envs/pipeline.yaml"
+    threads: 2  # two sources (the C++ binding, the CUDA kernels); fewer if --cores is lower
+    params:
+        build_root=f"{RESULTS}/build/torch_extensions",
+    script:
+        "../workflow/scripts/build_extension.py"
+
+
 for _study, _job in SPECIAL_JOBS.items():
 
     rule:
         name:
             _study
         input:
-            unpack(special_study_inputs(_study)),
+            **special_study_inputs(_study),
         output:
             **special_study_files(_study),
         log:
@@ -32,20 +49,3 @@ for _study, _job in SPECIAL_JOBS.items():
             cfg=special_study_config(_study),
         script:
             "../workflow/scripts/run_special_study.py"
-
-
-rule build_fused_conv_relu:
-    """C's CUDA extension, compiled before the study starts: nvcc needs cores, not the GPU the
-    study holds while it runs. Where it can't be built, the record says why (the study tries
-    again and reports it)."""
-    output:
-        record=f"{RESULTS}/build/fused_conv_relu.json",
-    log:
-        f"{RESULTS}/logs/build/fused_conv_relu.log",
-    conda:
-        "../envs/pipeline.yaml"
-    threads: 2  # two sources (the C++ binding, the CUDA kernels); fewer if --cores is lower
-    params:
-        build_root=f"{RESULTS}/build/torch_extensions",
-    script:
-        "../workflow/scripts/build_extension.py"

@@ -56,7 +56,7 @@ class StudyJob:
     - `environment`: its conda env, envs/<environment>.yaml.
     - `data`: the prepared data set it reads: a name, "config" (its config's `dataset`), or
       None.
-    - `after`: studies whose table it reads where they run (their first output).
+    - `after`: studies whose table (their `table` output) it reads where they run.
     - `extension`: it loads C's CUDA extension, built by the `build_fused_conv_relu` rule.
     - `slurm_nodes`: under Slurm, its job spans the nodes its `-slurm` setups' srun steps use.
     - `a_runs_model`: its config gets the model and data set the A runs train
