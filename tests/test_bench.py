@@ -147,7 +147,7 @@ def test_the_dag_table_gives_the_wall_against_the_dags_inherent_time(tmp_path):
     code = (
         "import json, sys; from dmls import summary\n"
         "s = summary.new('graphs', 'D5', {'rows': [{'status': 'ok', 'reason': None}],"
-        " 'control_flow': [], 'notes': []}, config={'title': 'D5'}, host={'hostname': 'h',"
+        " 'control_flow': []}, config={'title': 'D5'}, host={'hostname': 'h',"
         " 'gpus': ['H200']}, threads=4, started_at='2026-11-29T00:00:00+00:00',"
         " wall_time_s=120.0, reserved={'gpus': ['0'], 'cores': [0, 1, 2, 3], 'waited_s': 0.0})\n"
         "summary.write(sys.argv[1], s)"

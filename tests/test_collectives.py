@@ -10,6 +10,7 @@ import pytest
 
 from dmls.special import ranks, runner
 from dmls.special.collectives import measure as collectives
+from dmls.special.collectives import spec as collectives_spec
 
 CFG = {
     "title": "A5x", "processes": [2],
@@ -58,7 +59,8 @@ def test_gloo_also_runs_between_emulated_nodes_and_between_slurm_nodes(summary):
                           "processes": 2, "status": "skipped", "reason": why}]  # fmt: skip
     else:
         assert len(slurm) == len(nodes) and all(r["status"] == "ok" for r in slurm)
-    assert any("on 2 emulated nodes: all-reduce latency" in n for n in result["notes"])
+    notes = collectives_spec.notes(result)
+    assert any("over two emulated nodes, 2 processes: all-reduce latency" in n for n in notes)
 
 
 def test_a_setup_this_host_cannot_run_is_skipped_with_the_reason(summary):
@@ -76,10 +78,37 @@ def test_the_notes_give_the_cost_of_all_reducing_the_course_gradient(summary):
     result, _ = summary
     assert result["course_gradient_bytes"] == 4 * 620586  # the course CNN's parameters, fp32
     assert result["gradient_model"] == {"parameters": 620586, "dataset": "cifar10"}
-    note = result["notes"][0]
-    assert note.startswith("gloo on cpu tensors, 2 processes: all-reduce latency ")
+    note = collectives_spec.notes(result)[0]  # written by the report, from the rows
+    assert note.startswith("Gloo on CPU tensors, 2 processes: all-reduce latency ")
     # 2.37 MiB lies between 1 MiB and 16 MiB only with a larger sweep: here it is outside.
     assert "course CNN" not in note
+
+
+def test_the_notes_give_the_gradients_all_reduce_where_the_sweep_spans_it():
+    """Interpolated between the two sizes around the gradient; a setup that timed no
+    all-reduce has no note."""
+    rows = [
+        {
+            "backend": "gloo",
+            "device": "cpu",
+            "processes": 2,
+            "placement": "host",
+            "op": "all_reduce",
+            "status": "ok",
+            "size_bytes": size,
+            "latency_us": us,
+            "busbw_gb_s": bw,
+        }
+        for size, us, bw in ((2**20, 100.0, 10.0), (2**24, 1600.0, 9.0))
+    ]
+    rows.append({"backend": "nccl", "device": "cuda", "processes": 2, "placement": "host",
+                 "op": "all", "status": "skipped", "reason": "needs 2 CUDA GPUs"})  # fmt: skip
+    (note,) = collectives_spec.notes({"rows": rows, "course_gradient_bytes": 2**22})
+    assert note == (
+        "Gloo on CPU tensors, 2 processes: all-reduce latency 100 µs at 1 MiB (the fixed cost "
+        "of a call), bus bandwidth up to 10 GB/s (at 1 MiB); all-reducing the course CNN's "
+        "4 MiB gradient once takes about 0.4 ms (interpolated between the measured sizes)."
+    )
 
 
 def test_latency_is_interpolated_log_log_and_past_the_sweep_at_its_bandwidth():

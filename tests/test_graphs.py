@@ -67,20 +67,18 @@ def test_a_branch_on_data_breaks_compile_and_is_refused_by_export(summary):
     assert cond["outcome"] == "exported" and cond["ops"] > 0
 
 
-def test_observations_say_what_was_captured_and_quote_the_export_error(summary):
-    """The steady step against eager's is the answer's (graphs_spec.py, repeat by repeat),
-    not a second ratio here with the inverse convention."""
-    result, _ = summary
-    notes = result["notes"]
-    cpu = {r["mode"]: r for r in result["rows"] if r["device"] == "cpu"}
-    compiled = next(n for n in notes if n.startswith("cpu, compile: "))
-    assert compiled == (
-        f"cpu, compile: first call {cpu['compile']['first_call_s']:.2f} s; "
-        "captured 1 graph(s), 0 break(s)."
-    )
-    last = notes[-1]
-    assert "2 graphs at 1 graph break(s)" in last and "torch.export refused it" in last
-    assert "data-dependent" in last
+def test_the_answer_says_what_each_capture_did_with_a_branch_on_a_tensor(summary, tmp_path):
+    """What the measuring module once wrote as a note, the report now writes from the rows:
+    the branch broke compile's graph, export refused it (its error named), torch.cond
+    exported as one graph."""
+    from dmls.special.graphs import spec as graphs_spec
+
+    result, out = summary
+    case, facts = graphs_spec.facts(result, out)
+    assert case == "measured"
+    assert facts["branch_compile"].startswith("broke it into 2 graphs at 1 break")
+    assert facts["branch_export"].startswith("refused it (") and graphs_spec.SPEC.notes is None
+    assert facts["branch_cond"] == "exported it as 1 graph"
 
 
 def test_the_modes_take_turns_and_each_repeat_keeps_its_start_and_place(summary):

@@ -47,7 +47,7 @@ def valid(study: str = "graphs") -> dict:
     return summary.new(
         study,
         "D5. Graphs",
-        {"rows": rows, "control_flow": control, "notes": ["a note"]},
+        {"rows": rows, "control_flow": control},
         config={"title": "D5. Graphs", "enabled": True},
         host={"hostname": "h", "gpus": [], "torch": "2.14"},
         threads=2,
@@ -61,6 +61,8 @@ def test_a_summary_as_the_runner_builds_it_is_valid():
     assert summary.problems(s) == []
     assert s["status"] == "ok" and s["counts"] == {"ok": 2, "skipped": 1}
     assert s["summary_version"] == summary.SUMMARY_VERSION
+    version = summary.schema()["properties"]["summary_version"]["const"]
+    assert version == summary.SUMMARY_VERSION  # the schema's and the code's, bumped together
 
 
 @pytest.mark.parametrize(
@@ -100,7 +102,7 @@ def test_the_overall_status_is_the_rows(statuses, overall):
             "counts: {'ok': 3, 'skipped': 1}, but the rows have {'ok': 2, 'skipped': 1}",
         ),
         (lambda s: s.update(status="failed"), "status: 'failed', but the rows make it 'ok'"),
-        (lambda s: s.update(summary_version=2), "summary version 2, this pipeline reads 1"),
+        (lambda s: s.update(summary_version=3), "summary version 3, this pipeline reads 2"),
     ],
 )
 def test_a_summary_that_breaks_the_schema_says_where(change, problem):
@@ -114,11 +116,21 @@ def test_a_study_the_schema_does_not_know_has_no_payload():
     s = valid("fake")
     assert summary.problems(s) == [
         "(top): 'control_flow' belongs to another study's summary, not fake",
-        "(top): 'notes' belongs to another study's summary, not fake",
     ]
-    for key in ("control_flow", "notes"):
-        s.pop(key)
+    s.pop("control_flow")
     assert summary.problems(s) == []
+
+
+def test_a_summary_of_version_1_is_read_without_the_sentences_it_wrote(tmp_path):
+    """Version 1 held "notes", sentences D1, D4, D5 and A5 wrote as they measured (D1's said
+    a direction whatever was measured); the report now writes them from the rows, so a results
+    folder of that version is read, its numbers kept, and its sentences dropped."""
+    old = valid() | {"summary_version": 1, "notes": ["The measured activations are below."]}
+    path = tmp_path / "graphs" / "summary.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(old))
+    read = summary.read(path)
+    assert read == valid() and "notes" not in read
 
 
 def test_read_names_a_broken_file_and_how_to_rebuild_it(tmp_path):

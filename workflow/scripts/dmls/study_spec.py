@@ -90,6 +90,8 @@ class StudySpec:
       definition list (D3).
     - `repeats`: the config keys its provenance line counts, with their words.
     - `cases`: every case `facts` can return, each a template of its answer's entries.
+    - `notes(summary)`: the sentences its section shows under its tables, written at render
+      time from the summary's numbers (a measuring module writes numbers, never sentences).
     """
 
     name: str
@@ -101,6 +103,7 @@ class StudySpec:
     shown_facts: tuple[str, ...] = ()
     repeats: tuple[tuple[str, str], ...] = (("repeats", "repeats"),)
     cases: tuple[str, ...] = ("measured",)
+    notes: Callable[[dict[str, Any]], list[str]] | None = None
 
     def measure(self) -> Callable[..., dict[str, Any]]:
         """The function that runs the study, `run` of its folder's measure.py (imported here,

@@ -1,7 +1,7 @@
 """The special studies' record: the shape of a study's summary.json, the one place that builds
 its frame, writes it and reads it.
 
-A study (dmls/special/<name>.py) returns its rows, each with a status (`ok`, `skipped` where
+A study (dmls/special/<name>/measure.py) returns its rows, each with a status (`ok`, `skipped` where
 this host can't do that part, or `failed`) and a reason, and the study's own results (its
 payload); the runner (special/runner.py `run_study`) hands them to `new`, which adds what every
 summary carries (the overall status and the counts, the config, host, threads and timing), and
@@ -23,7 +23,7 @@ from typing import Any
 
 from dmls.files import read_checked, read_json, validator_of, write_checked
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 SCHEMA_PATH = Path(__file__).with_name("summary.schema.json")
 # A row's status, and so the study's.
 STATUSES = ("ok", "skipped", "failed")
@@ -156,10 +156,21 @@ def rebuild_hint(path: Path) -> str:
     return f"rebuild that study: snakemake --forcerun {path}"
 
 
+def upgrade(summary: Any) -> Any:
+    """A summary of an earlier version read as this one, where nothing measured differs:
+    version 1 also held "notes", sentences four studies wrote as they measured; the report
+    now writes them from the rows (each study's spec.py `notes`), so they are dropped."""
+    if isinstance(summary, dict) and summary.get("summary_version") == 1:
+        summary = {k: v for k, v in summary.items() if k != "notes"}
+        summary["summary_version"] = 2
+    return summary
+
+
 def read(path: Path) -> dict[str, Any]:
-    """One study's summary.json, checked against the schema; SummaryError names the file, what
-    is wrong (the first three problems) and the command that writes it again."""
-    return read_checked(path, problems, SummaryError, rebuild_hint(path))
+    """One study's summary.json, checked against the schema (one of an earlier version
+    `upgrade`d first); SummaryError names the file, what is wrong (the first three problems)
+    and the command that writes it again."""
+    return read_checked(path, problems, SummaryError, rebuild_hint(path), upgrade)
 
 
 def write(path: Path, summary: dict[str, Any]) -> None:

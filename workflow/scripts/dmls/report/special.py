@@ -110,7 +110,7 @@ def load(summary_path: Path, studies: Mapping[str, StudySpec]) -> dict[str, Any]
             for r in summary["rows"]
             if r["status"] != "ok"
         ],
-        "notes": summary.get("notes") or [],
+        "notes": spec.notes(summary) if spec and spec.notes else [],
         "tables": tables,
         "facts": facts,
         "texts": [

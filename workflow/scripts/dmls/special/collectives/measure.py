@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dmls.comm import DDP_BUCKET_BYTES, latency_at
+from dmls.comm import DDP_BUCKET_BYTES
 from dmls.data import datasets
 from dmls.files import new_figure, save_figure, write_csv
 from dmls.protocol import as_rank
@@ -255,40 +255,6 @@ def no_slurm_nodes() -> str | None:
     return None if nodes >= 2 else f"the Slurm cluster has {nodes} node(s), 2 are needed"
 
 
-def observations(rows: list[dict[str, Any]], gradient_bytes: int) -> list[str]:
-    notes = []
-    ok = [r for r in rows if r["status"] == "ok"]
-    key = ("backend", "device", "processes", "placement")
-    for setup in dict.fromkeys(tuple(r[k] for k in key) for r in ok):
-        mine = [r for r in ok if tuple(r[k] for k in key) == setup]
-        reduce = [r for r in mine if r["op"] == "all_reduce"]
-        at = latency_at(reduce, gradient_bytes, extrapolate=False)
-        peak = max(reduce, key=lambda r: r["busbw_gb_s"])
-        smallest = min(reduce, key=lambda r: r["size_bytes"])
-        where = "" if setup[3] == "host" else f" on {PLACEMENTS[setup[3]]}"
-        text = (
-            f"{setup[0]} on {setup[1]} tensors, {setup[2]} processes{where}: all-reduce "
-            f"latency {smallest['latency_us']:.0f} µs at {_size(smallest['size_bytes'])} (the "
-            f"fixed cost of a call), bus bandwidth up to {peak['busbw_gb_s']:.3g} GB/s (at "
-            f"{_size(peak['size_bytes'])})"
-        )
-        if at is not None:
-            text += (
-                f"; all-reducing the course CNN's {_size(gradient_bytes)} gradient once takes "
-                f"about {at / 1000:.3g} ms (interpolated between the measured sizes)"
-            )
-        notes.append(text + ".")
-    return notes
-
-
-def _size(n: float) -> str:
-    """Bytes in binary units: '4 B', '16 KiB', '2.37 MiB'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 def _figure(rows: list[dict[str, Any]], gradient_bytes: int):
     fig = new_figure(11, 3.6)
     axes = fig.subplots(1, len(OPS), sharey=True)
@@ -389,7 +355,6 @@ def run(cfg: dict[str, Any], out_dir: Path, **_: Any) -> dict[str, Any]:
         "course_gradient_bytes": gradient,
         "gradient_model": {k: model[k] for k in ("parameters", "dataset")},
         "ddp_bucket_bytes": DDP_BUCKET_BYTES,
-        "notes": observations(rows, gradient),
     }
 
 

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dmls.comm import latency_at
 from dmls.report.cells import data_name
 from dmls.report.comparisons import NotMeasured
 from dmls.report.phrases import Phrase, join
@@ -112,6 +113,34 @@ def _setup(backend: str, device: str, placement: str) -> str:
     )
 
 
+def notes(summary: dict[str, Any]) -> list[str]:
+    """Per setup that timed an all-reduce: its latency at the smallest size (the fixed cost of
+    a call), its best bus bandwidth, and all-reducing the course CNN's gradient once,
+    interpolated between the measured sizes (none where the gradient lies outside them)."""
+    gradient = summary.get("course_gradient_bytes")
+    key = ("backend", "device", "processes", "placement")
+    reduce = [r for r in summary["rows"] if r["status"] == OK and r["op"] == "all_reduce"]
+    said = []
+    for setup in dict.fromkeys(tuple(r[k] for k in key) for r in reduce):
+        mine = [r for r in reduce if tuple(r[k] for k in key) == setup]
+        peak = max(mine, key=lambda r: r["busbw_gb_s"])
+        smallest = min(mine, key=lambda r: r["size_bytes"])
+        backend, device, processes, placement = setup
+        text = (
+            f"{_setup(backend, device, placement)}, {processes} processes: all-reduce latency "
+            f"{fmt_num(smallest['latency_us'])} µs at {fmt_size(smallest['size_bytes'])} (the "
+            f"fixed cost of a call), bus bandwidth up to {fmt_num(peak['busbw_gb_s'])} GB/s (at "
+            f"{fmt_size(peak['size_bytes'])})"
+        )
+        if gradient and (at := latency_at(mine, gradient, extrapolate=False)) is not None:
+            text += (
+                f"; all-reducing the course CNN's {fmt_size(gradient)} gradient once takes "
+                f"about {fmt_num(at / 1000)} ms (interpolated between the measured sizes)"
+            )
+        said.append(text + ".")
+    return said
+
+
 SPEC = StudySpec(
     name="collectives",
     cases=("compared", "no_nccl"),
@@ -126,4 +155,5 @@ SPEC = StudySpec(
         ),
     ),
     repeats=(("iterations", "timed calls per size"),),
+    notes=notes,
 )

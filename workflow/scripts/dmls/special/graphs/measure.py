@@ -252,29 +252,6 @@ def data_dependent(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def observations(rows: list[dict[str, Any]], control: list[dict[str, Any]]) -> list[str]:
-    """What was captured per device and mode, and what a branch on a tensor's value did under
-    each capture. The steady step of a mode against eager's is the answer's (graphs_spec.py),
-    not said again here."""
-    notes = []
-    for row in rows:
-        if row["status"] == "ok" and row["mode"] != "eager":
-            notes.append(
-                f"{row['device']}, {row['mode']}: first call {row['first_call_s']:.2f} s; "
-                f"captured {row['graphs']} graph(s), {row['graph_breaks']} break(s)."
-            )
-    broke = next(c for c in control if c["capture"] == "torch.compile")
-    refused = next(c for c in control if c["capture"] == "torch.export" and "if" in c["model"])
-    notes.append(
-        f"A branch on a tensor's value: torch.compile split the model into {broke['graphs']} "
-        f"graphs at {broke['graph_breaks']} graph break(s) and runs the branch in Python "
-        f"between them; torch.export {refused['outcome']} it"
-        + (f" ({refused['detail']})" if refused["outcome"] == "refused" else "")
-        + "; written as torch.cond the same model exports as one graph."
-    )
-    return notes
-
-
 def _figure(rows: list[dict[str, Any]]):
     """First call and steady step per mode, a bar per device; a device that did not run gets
     a label where its bars would be, never a bar."""
@@ -360,4 +337,4 @@ def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[s
     write_csv(out_dir / "results.csv", table, RESULT_COLUMNS)
     write_csv(out_dir / "control_flow.csv", control, CONTROL_COLUMNS)
     save_figure(_figure(rows), out_dir / "graphs.png")
-    return {"rows": rows, "control_flow": control, "notes": observations(rows, control)}
+    return {"rows": rows, "control_flow": control}

@@ -81,34 +81,6 @@ ACTIVATION_COLUMNS = (
     "kept_full",
 )  # fmt: skip
 
-NOTES = (
-    "PyTorch keeps fewer activations than 'every layer's output': a convolution's backward "
-    "needs its input, not its output; tanh, sigmoid and ReLU keep only their output; average "
-    "pooling's backward reads its input, which is the activation output already kept (one "
-    "tensor, counted once); flatten is a view. What each policy kept, measured against the "
-    "estimate, is the note after these.",
-    "PyTorch's mixed precision (autocast + GradScaler) keeps fp32 weights and fp32 gradients; "
-    "the fp16 weight copies are made in each forward and kept for the backward (autocast's "
-    "cast cache), so they show up in the measured activations, where the estimate counts a "
-    "persistent fp16 copy, an fp32 master and fp16 gradients.",
-    "The peak holds buffers the estimate leaves out ('other_bytes' = peak - weights - "
-    "gradients - optimizer state - activations): the CPU convolution backward's unfolded "
-    "input (im2col) buffers, cuDNN's workspace on the GPU, the optimizer's temporaries "
-    "(foreach AdamW builds parameter-sized intermediates), autograd's gradient buffers in "
-    "flight, and the allocator's rounding (CUDA rounds blocks to 512 bytes and reserves 2 MiB "
-    "segments for small tensors: see peak_reserved_bytes).",
-    "Optimizer state exists only after the first step and gradients are freed after each "
-    "step (zero_grad(set_to_none=True)); the measurement runs several steps and takes the "
-    "peak over all of them, and reads the components at the last step.",
-    "CPU memory is the profiler's count of bytes allocated minus freed inside the measured "
-    "window, which starts before the model is built and so sees every tensor; GPU memory is "
-    "torch.cuda.max_memory_allocated over the same window (the CUDA context and cached free "
-    "blocks are not in it). Workspaces that CUDA libraries keep for the whole process "
-    "(cuBLAS's, one per thread that runs a GEMM: full recomputation's Linear forwards run on "
-    "autograd's thread) are allocated by an unmeasured warm-up of every precision and "
-    "recomputation policy and reported once, as cuda_library_workspace_bytes.",
-)
-
 
 # --------------------------------------------------------------------------- parameters
 def closed_form_parameters() -> list[dict[str, Any]]:
@@ -430,32 +402,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, threads: int, **_: Any) -> dict[s
         },
         "estimate": list(estimates.values()),
         "cuda_library_workspace_bytes": workspaces,
-        "notes": [*NOTES, *kept_against_estimate(rows, estimates)],
     }
-
-
-def kept_against_estimate(rows: list[dict[str, Any]], estimates: dict[tuple, dict]) -> list[str]:
-    """Per device, the activations each recomputation policy kept (measured, the first
-    optimizer and precision measured) against the estimate's: what was measured, whichever
-    way it went."""
-    notes = []
-    for device in dict.fromkeys(r["device"] for r in rows if r["status"] == "ok"):
-        ok = [r for r in rows if r["device"] == device and r["status"] == "ok"]
-        first = (ok[0]["optimizer"], ok[0]["precision"])
-        parts = []
-        for r in ok:
-            if (r["optimizer"], r["precision"]) != first:
-                continue
-            kept = estimates[(*first, r["recompute"])]["activations_stored_bytes"]
-            parts.append(
-                f"{r['recompute']} {r['activations_bytes']:,} vs {kept:,} bytes "
-                f"({r['activations_bytes'] / kept:.2f}×)"
-            )
-        notes.append(
-            f"Activations kept on the {device.upper()} ({first[0]}, {first[1]}), measured vs "
-            f"estimated: {'; '.join(parts)}."
-        )
-    return notes
 
 
 def _figure(estimates: list[dict[str, Any]], measured: list[dict[str, Any]]):

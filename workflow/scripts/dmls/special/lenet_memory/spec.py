@@ -133,6 +133,64 @@ def _change(peak: int, reference: int) -> str:
     return minus(f"{peak - reference:+,} bytes ({peak / reference - 1:+.1%})")
 
 
+# D1's method, under its tables: what the estimate and the measurement count (said of how the
+# study measures, never of what it found).
+METHOD = (
+    "What autograd keeps for the backward is not 'every layer's output': a convolution's "
+    "backward needs its input, tanh, sigmoid and ReLU keep their output, average pooling reads "
+    "its input (the activation's output, one tensor, counted once) and flatten is a view. The "
+    "estimate's activations are what each policy keeps by that rule; the note below gives what "
+    "was measured against it.",
+    "Mixed precision (autocast with GradScaler) keeps fp32 weights and fp32 gradients and casts "
+    "fp16 copies of the weights in each forward (autocast's cast cache), so the measurement "
+    "counts those copies among the activations, where the estimate counts a persistent fp16 "
+    "copy, an fp32 master and fp16 gradients.",
+    "'other_bytes' is what the peak holds beyond weights, gradients, optimizer state and "
+    "activations: workspaces (the CPU convolution's unfolded input, cuDNN's), the optimizer's "
+    "temporaries, gradients in flight and the allocator's rounding may each be part of it; "
+    "this study does not measure it buffer by buffer.",
+    "Optimizer state exists only after the first step, and gradients are freed after each "
+    "(zero_grad(set_to_none=True)): the peak is over several steps, the parts are read at the "
+    "last.",
+    "CPU memory is the profiler's bytes allocated minus freed inside the measured window, "
+    "which starts before the model is built; GPU memory is torch.cuda.max_memory_allocated "
+    "over the same window (not the CUDA context, not cached free blocks). Workspaces CUDA "
+    "libraries keep for the whole process (cuBLAS's, one per thread that runs a GEMM) are "
+    "allocated by an unmeasured warm-up of every precision and policy and given once, as "
+    "cuda_library_workspace_bytes.",
+)
+
+
+def notes(summary: dict[str, Any]) -> list[str]:
+    """The method (METHOD), then per device the activations each recomputation policy kept,
+    measured, against the estimate's (the first optimizer and precision measured there),
+    whichever way each went."""
+    estimates = {
+        (e["optimizer"], e["precision"], e["recompute"]): e for e in summary.get("estimate") or []
+    }
+    said = list(METHOD)
+    ok = [r for r in summary["rows"] if r["status"] == OK]
+    for device in dict.fromkeys(r["device"] for r in ok):
+        mine = [r for r in ok if r["device"] == device]
+        first = (mine[0]["optimizer"], mine[0]["precision"])
+        parts = []
+        for r in mine:
+            estimate = estimates.get((*first, r["recompute"]))
+            if (r["optimizer"], r["precision"]) != first or not estimate:
+                continue
+            kept = estimate["activations_stored_bytes"]
+            parts.append(
+                f"{r['recompute']} {r['activations_bytes']:,} vs {kept:,} bytes "
+                f"({r['activations_bytes'] / kept:.2f}×)"
+            )
+        if parts:
+            said.append(
+                f"Activations kept on the {device.upper()} ({first[0]}, {first[1]}), measured "
+                f"vs estimated: {'; '.join(parts)}."
+            )
+    return said
+
+
 SPEC = StudySpec(
     name="lenet_memory",
     cases=("full", "no_full"),
@@ -164,4 +222,5 @@ SPEC = StudySpec(
         ),
     ),
     repeats=(("steps", "steps"),),
+    notes=notes,
 )

@@ -468,7 +468,7 @@ def run(cfg: dict[str, Any], out_dir: Path, *, data_dir: Path, **_: Any) -> dict
     write_csv(out_dir / "sharding.csv", [table_row(r) for r in rows], COLUMNS)
     save_figure(_figure(rows), out_dir / "memory.png")
     shutil.rmtree(kept, ignore_errors=True)
-    return {"rows": rows, "notes": observations(rows, sweep is not None)}
+    return {"rows": rows}
 
 
 def measure_once(spec: RunSpec, data_dir: Path, out_dir: Path, path: Path) -> list[dict]:
@@ -487,69 +487,6 @@ def measure_once(spec: RunSpec, data_dir: Path, out_dir: Path, path: Path) -> li
     path.parent.mkdir(exist_ok=True)
     write_json(path, {"identity": identity, "records": records})
     return records
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
-
-
-def _memory(r: dict[str, Any]) -> str:
-    text = (
-        f"{r['stage']} {_gib(r['state_bytes'])} of state on the largest rank "
-        f"({r['state_bytes_per_parameter']:.2f} bytes per parameter; closed form "
-        f"{r['state_closed_form_bytes'] / r['parameters']:.2f}, as the implementation splits "
-        f"the tensors {r['state_expected_bytes'] / r['parameters']:.2f})"
-    )
-    if r["peak_allocated_bytes"]:
-        text += (
-            f", peak {_gib(r['peak_allocated_bytes'])} ({r['peak_over_predicted']:.2f}× the "
-            "predicted peak)"
-        )
-    return text
-
-
-def _step(r: dict[str, Any], base: dict[str, Any]) -> str:
-    """A strategy's step time beside DDP's, as measured (the answer compares them, as a speed
-    with its interval: one convention, computed once, at render time)."""
-    text = (
-        f"{r['processes']} {r['device']} ranks: a {r['stage']} step takes {r['step_ms']:.3g} "
-        f"ms against DDP's {base['step_ms']:.3g} ms"
-    )
-    if r["comm_predicted_ms"] and base["comm_predicted_ms"]:
-        text += (
-            f"; the sweep predicts {r['comm_predicted_ms']:.3g} ms of collectives per step "
-            f"against DDP's {base['comm_predicted_ms']:.3g} ms"
-        )
-    return text + "."
-
-
-def observations(rows: list[dict[str, Any]], swept: bool) -> list[str]:
-    notes = []
-    ok = [r for r in rows if r["status"] == "ok"]
-    for device, n in dict.fromkeys((r["device"], r["processes"]) for r in ok):
-        mine = {r["strategy"]: r for r in ok if (r["device"], r["processes"]) == (device, n)}
-        first = next(iter(mine.values()))
-        notes.append(
-            f"{n} {device} ranks, {first['parameters'] / 1e6:.1f} M parameters: "
-            + "; ".join(_memory(r) for r in mine.values())
-            + "."
-        )
-        if "none" in mine:
-            notes += [_step(r, mine["none"]) for s, r in mine.items() if s != "none"]
-    for device in dict.fromkeys(r["device"] for r in ok):
-        full = {r["processes"]: r for r in ok if r["device"] == device and r["strategy"] == "full"}
-        if len(full) >= 2:
-            (a, ra), (b, rb) = sorted(full.items())[:2]
-            notes.append(
-                f"ZeRO-3 on {device}: {a} → {b} ranks divides the state per rank by "
-                f"{ra['state_bytes'] / rb['state_bytes']:.2f} (1/N predicts {b / a:.2f})."
-            )
-    if not swept:
-        notes.append(
-            "No collectives sweep in this results folder for these setups: no communication "
-            "time is predicted."
-        )
-    return notes
 
 
 def _figure(rows: list[dict[str, Any]]):

@@ -15,6 +15,7 @@ from dmls.report.wording import (
     closeness,
     fmt_count,
     fmt_mean,
+    fmt_size,
 )
 from dmls.study_spec import Facts, StudySpec, Table
 
@@ -135,6 +136,70 @@ def _steps(row: dict[str, Any]) -> list[float]:
     return [float(x) for x in row.get("step_ms_samples") or [row["step_ms"]]]
 
 
+def _memory_note(r: dict[str, Any]) -> str:
+    text = (
+        f"{r['stage']} {fmt_size(r['state_bytes'])} of state on the largest rank "
+        f"({r['state_bytes_per_parameter']:.2f} bytes per parameter; closed form "
+        f"{r['state_closed_form_bytes'] / r['parameters']:.2f}, as the implementation splits "
+        f"the tensors {r['state_expected_bytes'] / r['parameters']:.2f})"
+    )
+    if r["peak_allocated_bytes"]:
+        text += (
+            f", peak {fmt_size(r['peak_allocated_bytes'])} ({r['peak_over_predicted']:.2f}× the "
+            "predicted peak)"
+        )
+    return text
+
+
+def _step_note(r: dict[str, Any], base: dict[str, Any]) -> str:
+    """A strategy's step time beside DDP's, as measured (the answer compares them, as a speed
+    with its interval: one convention, computed once, at render time)."""
+    text = (
+        f"{r['processes']} {r['device']} ranks: a {r['stage']} step takes {r['step_ms']:.3g} "
+        f"ms against DDP's {base['step_ms']:.3g} ms"
+    )
+    if r["comm_predicted_ms"] and base["comm_predicted_ms"]:
+        text += (
+            f"; the sweep predicts {r['comm_predicted_ms']:.3g} ms of collectives per step "
+            f"against DDP's {base['comm_predicted_ms']:.3g} ms"
+        )
+    return text + "."
+
+
+def notes(summary: dict[str, Any]) -> list[str]:
+    """Per device and number of ranks: each strategy's state and peak on the most loaded rank
+    against the closed form and the predicted peak, and its step against DDP's (with the
+    collectives' time the A5 sweep predicts, where it ran); ZeRO-3's state from the fewest to
+    the next number of ranks against 1/N."""
+    notes = []
+    ok = [r for r in summary["rows"] if r["status"] == OK]
+    swept = any(r.get("comm_predicted_ms") is not None for r in ok)
+    for device, n in dict.fromkeys((r["device"], r["processes"]) for r in ok):
+        mine = {r["strategy"]: r for r in ok if (r["device"], r["processes"]) == (device, n)}
+        first = next(iter(mine.values()))
+        notes.append(
+            f"{n} {device} ranks, {first['parameters'] / 1e6:.1f} M parameters: "
+            + "; ".join(_memory_note(r) for r in mine.values())
+            + "."
+        )
+        if "none" in mine:
+            notes += [_step_note(r, mine["none"]) for s, r in mine.items() if s != "none"]
+    for device in dict.fromkeys(r["device"] for r in ok):
+        full = {r["processes"]: r for r in ok if r["device"] == device and r["strategy"] == "full"}
+        if len(full) >= 2:
+            (a, ra), (b, rb) = sorted(full.items())[:2]
+            notes.append(
+                f"ZeRO-3 on {device}: {a} → {b} ranks divides the state per rank by "
+                f"{ra['state_bytes'] / rb['state_bytes']:.2f} (1/N predicts {b / a:.2f})."
+            )
+    if not swept:
+        notes.append(
+            "No collectives sweep in this results folder for these setups: no communication "
+            "time is predicted."
+        )
+    return notes
+
+
 SPEC = StudySpec(
     name="sharding",
     facts=facts,
@@ -150,4 +215,5 @@ SPEC = StudySpec(
             "sharding.csv",
         ),
     ),
+    notes=notes,
 )
