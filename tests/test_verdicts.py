@@ -16,7 +16,7 @@ from dmls import stats
 from dmls.report import answers, comparisons, observations, special_answers, wording
 from dmls.report.phrases import full
 from dmls.report.study import Study
-from dmls.special.sharding import measure as sharding
+from dmls.special.sharding import spec as sharding
 from fake_runs import fake_metrics
 
 # Values of two sides whose ratio's (and difference's) interval lies above the null, below it,
@@ -89,7 +89,8 @@ def test_every_printer_of_a_comparison_gives_the_rules_verdict(case):
     # D4's notes give the step times alone (the answer compares them, as `speed` above).
     step = {"processes": 2, "device": "cpu", "stage": "ZeRO-1", "step_ms": 1.5,
             "step_ms_samples": a, "comm_predicted_ms": None}  # fmt: skip
-    said = sharding._step(step, {"step_ms": 1.0, "step_ms_samples": b, "comm_predicted_ms": None})
+    base = {"step_ms": 1.0, "step_ms_samples": b, "comm_predicted_ms": None}
+    said = sharding._step_note(step, base)
     assert said == "2 cpu ranks: a ZeRO-1 step takes 1.5 ms against DDP's 1 ms.", said
 
 

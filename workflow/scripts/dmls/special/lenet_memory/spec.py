@@ -185,8 +185,8 @@ def notes(summary: dict[str, Any]) -> list[str]:
             )
         if parts:
             said.append(
-                f"Activations kept on the {device.upper()} ({first[0]}, {first[1]}), measured "
-                f"vs estimated: {'; '.join(parts)}."
+                f"Activations kept on {DEVICES.get(device, device)} ({first[0]}, {first[1]}), "
+                f"measured vs estimated: {'; '.join(parts)}."
             )
     return said
 
