@@ -5,6 +5,7 @@ import ast
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -268,3 +269,47 @@ def test_each_study_declares_its_own_keys_in_its_folder():
 
     assert set(payload_keys()) == set(STUDIES)
     assert all((SPECIAL / name / "summary.schema.json").is_file() for name in STUDIES)
+
+
+EXAMPLE_STUDIES = ROOT / "docs" / "example-report" / "results" / "example" / "studies"
+
+
+def _example(study: str) -> dict:
+    return summary.upgrade(json.loads((EXAMPLE_STUDIES / study / "summary.json").read_text()))
+
+
+def test_every_summary_of_the_example_is_within_its_bounds():
+    for path in sorted(EXAMPLE_STUDIES.glob("*/summary.json")):
+        assert summary.problems(_example(path.parent.name)) == [], path
+
+
+def test_a_probability_outside_0_to_1_or_an_interval_upside_down_is_refused(tmp_path):
+    """Issue #55 (1): D2 rendered "Monte Carlo 1.7, 99% interval 0.9–0.1 … agrees within
+    chance" and the terminal said ok. A probability is 0 to 1 (the study's schema); an
+    interval's low end is at or below its high end, in any study (summary.bounds)."""
+    damaged = _example("spare_failure")
+    damaged["rows"][0] |= {"monte_carlo": 1.7, "ci_low": 0.9, "ci_high": 0.1}
+    assert summary.problems(damaged) == ["rows/0/monte_carlo: 1.7 is greater than the maximum of 1"]
+    damaged["rows"][0]["monte_carlo"] = 0.5
+    assert summary.problems(damaged) == ["rows/0/ci_low: 0.9 is above ci_high 0.1"]
+    path = tmp_path / "spare_failure" / "summary.json"
+    write_json(path, damaged)
+    with pytest.raises(
+        summary.SummaryError, match=re.escape("rows/0/ci_low: 0.9 is above ci_high 0.1; rebuild")
+    ):
+        summary.read(path)
+    nested = valid()
+    nested["rows"][0]["ratio"] = {"low": 2, "high": 1}
+    assert summary.problems(nested) == ["rows/0/ratio/low: 2 is above high 1"]
+
+
+def test_a_float32_is_four_bytes_with_its_three_fields_in_range():
+    """Issue #55 (1): D3 rendered "Its bytes are 5a 00 85 38 ff" for a float32."""
+    damaged = _example("float32_bytes")
+    damaged["rows"][0]["bytes_little_endian"] = "5a 00 85 38 ff"
+    damaged["rows"][0]["exponent_biased"] = 300
+    assert summary.problems(damaged) == [
+        "rows/0/bytes_little_endian: '5a 00 85 38 ff' does not match "
+        "'^[0-9a-f]{2}( [0-9a-f]{2}){3}$'",
+        "rows/0/exponent_biased: 300 is greater than the maximum of 254",
+    ]

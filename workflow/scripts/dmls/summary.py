@@ -138,11 +138,38 @@ def problems(summary: Any) -> list[str]:
     return found or bounds(summary)
 
 
+def _intervals(value: Any, where: str) -> list[str]:
+    """Every interval in `value` (a mapping with `low` and `high`, or `<x>_low` and `<x>_high`,
+    at any depth) whose ends are out of order, named by where it is."""
+    found = []
+    if isinstance(value, dict):
+        for key, low in value.items():
+            if not (isinstance(key, str) and key.endswith("low")):
+                continue
+            high_key = key[: -len("low")] + "high"
+            high = value.get(high_key)
+            numbers = all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)
+            )
+            if numbers and low > high:
+                found.append(f"{where}{key}: {low:g} is above {high_key} {high:g}")
+        children = value.items()
+    elif isinstance(value, list):
+        children = enumerate(value)
+    else:
+        return found
+    for key, child in children:
+        found += _intervals(child, f"{where}{key}/")
+    return found
+
+
 def bounds(summary: dict[str, Any]) -> list[str]:
     """What a schema can't say of a valid summary: its counts are its rows' and its status is
-    the one `overall_status` gives them."""
+    the one `overall_status` gives them, and every interval it holds has its low end at or
+    below its high end. (What a study's values can be, a probability's 0 to 1, a float32's
+    4 bytes, its own summary.schema.json says.)"""
     rows = summary["rows"]
-    found = []
+    found = _intervals({k: v for k, v in summary.items() if k != "config"}, "")
     if {k: n for k, n in summary["counts"].items() if n} != counts(rows):
         found.append(f"counts: {summary['counts']}, but the rows have {counts(rows)}")
     if summary["status"] != overall_status(rows):
