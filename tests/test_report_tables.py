@@ -15,7 +15,7 @@ from dmls.config.studies import run_labels, varying_settings
 from dmls.files import write_json
 from dmls.report import figures, observations
 from dmls.report.aggregate import read_all, summarize
-from dmls.report.cells import MIB, cell, epoch_seconds
+from dmls.report.cells import MIB, bounds_of, cell, epoch_seconds, fixed, percent
 from dmls.report.study import ReportError
 from fake_runs import a1_study, epochs, fake_metrics, seeds_study
 
@@ -254,3 +254,29 @@ def test_a_runs_numbers_are_built_once_and_name_the_seeds_they_count():
     assert numbers.seeds_said("test_accuracy") == "seeds 0–2"
     assert numbers.first_seed_excess("test_accuracy") == 0.0  # every seed counts
     assert study.seed_values("graph", memory) == numbers.values(memory)
+
+
+def test_an_interval_never_leaves_what_its_quantity_can_be():
+    """Issue #55 (2): two seeds far apart printed "36.33 ± 84.38" % test accuracy and
+    "7,423 ± 13,284 samples/s". An interval that would leave what is possible is shown as its
+    range cut there, and says so; one that stays inside is mean ± half-width."""
+    assert cell(0.3633, percent, ci95=0.8438, bounds=bounds_of("test_accuracy")) == (
+        "36.33 (0.00–100.00, cut)"
+    )
+    assert cell(0.9, percent, ci95=0.2, bounds=bounds_of("val_accuracy")) == (
+        "90.00 (70.00–100.00, cut)"
+    )
+    assert cell(7423, fixed(",.0f"), ci95=13284, bounds=bounds_of("samples_per_s")) == (
+        "7,423 (0–20,707, cut)"
+    )
+    assert cell(7423, fixed(",.0f"), ci95=100, bounds=bounds_of("samples_per_s")) == "7,423 ± 100"
+    wide = fake_metrics("one", launcher="single", spread=(0.2, 1.8), test_accuracy=0.5)
+    table = alike("parallelism", {"baseline": "one"}, [wide]).results_table()
+    (row,) = table["rows"]
+    shown = dict(zip(table["columns"], row["cells"], strict=True))
+    assert shown["Test acc. (%)"] == "50.00 (0.00–100.00, cut)"
+    assert shown["Samples/s (steady epoch)"] == "2,778 (0–31,014, cut)"
+    # Nothing of any run's row is below 0 or an accuracy above 100%.
+    for text in row["cells"]:
+        assert "± " not in text or "cut" not in text
+        assert "-" not in text.replace("–", "")

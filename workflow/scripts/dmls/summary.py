@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,7 @@ def _intervals(value: Any, where: str) -> list[str]:
             )
             if numbers and low > high:
                 found.append(f"{where}{key}: {low:g} is above {high_key} {high:g}")
-        children = value.items()
+        children: Iterable[tuple[Any, Any]] = value.items()
     elif isinstance(value, list):
         children = enumerate(value)
     else:

@@ -5,6 +5,8 @@ A missing value (None or NaN), or a number of a row that has none to show (a run
 that did not finish), is an empty cell; a number of a known column has that column's format
 (`FORMATS`), any other number the general one (`number`). A mean over seeds is shown with the
 half-width of its 95% interval, "79.60 ± 0.52", in the same format; one seed, the value alone.
+An interval that would leave what its quantity can be (`BOUNDS`: below 0, an accuracy above
+100%) is shown as its range cut there, "36.33 (0.00–100.00, cut)", never as mean ± half-width.
 """
 
 from __future__ import annotations
@@ -23,13 +25,31 @@ def missing(value: Any) -> bool:
 
 
 def cell(
-    value: Any, fmt: Callable[[Any], str], *, shown: bool = True, ci95: float | None = None
+    value: Any,
+    fmt: Callable[[Any], str],
+    *,
+    shown: bool = True,
+    ci95: float | None = None,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> str:
     """`value` in format `fmt`, with ` ± ci95` where the half-width of its interval is given;
-    empty where the value is missing or not `shown`."""
+    empty where the value is missing or not `shown`. Where the interval leaves `bounds` (what
+    the quantity can be), its range cut at them: "7,423 (0–20,707, cut)"."""
     if not shown or missing(value):
         return ""
-    return fmt(value) if missing(ci95) else f"{fmt(value)} ± {fmt(ci95)}"
+    if missing(ci95):
+        return fmt(value)
+    low, high = value - ci95, value + ci95
+    if low >= bounds[0] and high <= bounds[1]:
+        return f"{fmt(value)} ± {fmt(ci95)}"
+    return f"{fmt(value)} ({fmt(max(low, bounds[0]))}–{fmt(min(high, bounds[1]))}, cut)"
+
+
+def bounds_of(column: str) -> tuple[float, float]:
+    """What a column's quantity can be: an accuracy (train, validation, test; a proportion) 0
+    to 1, any other number of a run's summary row or history (times, speeds, bytes, losses,
+    energy, counts) 0 and up."""
+    return (0.0, 1.0) if column.endswith("accuracy") else (0.0, math.inf)
 
 
 def fixed(spec: str) -> Callable[[Any], str]:

@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from dmls import record
 from dmls.files import save_figure
-from dmls.report.cells import MIB, missing
+from dmls.report.cells import MIB, bounds_of, missing
 from dmls.report.overfitting import held_out_loss
 from dmls.report.study import OK, Study
 from dmls.stats import Comparison
@@ -57,6 +57,18 @@ def _ci95(study: Study, run: str, column: str, scale: float = 1.0) -> float:
     return np.nan if missing(half) else half / scale
 
 
+def _whiskers(
+    column: str, values: list[float], errors: list[float], scale: float = 1.0
+) -> list[list[float]]:
+    """The whiskers below and above each value, cut where `column`'s quantity ends (0, an
+    accuracy's 100%): two seeds' t intervals can reach past them (cells.bounds_of)."""
+    low, high = (b / scale for b in bounds_of(column))
+    return [
+        [min(e, v - low) if not np.isnan(e) else e for e, v in zip(errors, values, strict=True)],
+        [min(e, high - v) if not np.isnan(e) else e for e, v in zip(errors, values, strict=True)],
+    ]
+
+
 def _curve(
     ax: plt.Axes, history, column: str, scale: float = 1.0, *, band: bool = True, **style
 ) -> None:
@@ -67,8 +79,14 @@ def _curve(
     half = history.get(f"{column}_ci95")
     if band and half is not None and half.notna().any():
         half = scale * half.astype(float)
+        low, high = (scale * b for b in bounds_of(column))  # (cut where the quantity ends)
         ax.fill_between(
-            epochs, mean - half, mean + half, color=line.get_color(), alpha=0.15, linewidth=0
+            epochs,
+            np.maximum(mean - half, low),
+            np.minimum(mean + half, high),
+            color=line.get_color(),
+            alpha=0.15,
+            linewidth=0,
         )
 
 
@@ -146,10 +164,8 @@ def _bars(study: Study, panels: list[tuple[str, str, float]], path: Path) -> Pat
         values = [study.runs.at[r, column] / scale if ok[r] else np.nan for r in runs]
         values = [np.nan if missing(v) else v for v in values]
         errors = [_ci95(study, r, column, scale) for r in runs]  # none without numbers
-        # A quantity that can't be negative: the bar's whisker stops at zero (two seeds' t
-        # intervals can reach below it).
-        below = [min(e, v) if not np.isnan(e) else e for e, v in zip(errors, values, strict=True)]
-        ax.barh(y, values, xerr=[below, errors], capsize=3, color=[_color(study, r) for r in runs])
+        whiskers = _whiskers(column, values, errors, scale)
+        ax.barh(y, values, xerr=whiskers, capsize=3, color=[_color(study, r) for r in runs])
         for yi, value, error in zip(y, values, errors, strict=True):
             if not np.isnan(value):
                 # Three significant digits, whole numbers from 1,000 up (not 1.57e+03).
@@ -333,7 +349,9 @@ def sweep(study: Study, path: Path) -> Path:
     fig, axes = plt.subplots(1, 3, layout="constrained", figsize=(12, 3.4))
     for ax, (column, label, scale) in zip(axes, panels, strict=True):
         errors = [_ci95(study, run, column, scale) for run in ok.index]
-        ax.errorbar(x, ok[column].to_numpy(dtype=float) / scale, yerr=errors, marker="o", capsize=3)
+        values = list(ok[column].to_numpy(dtype=float) / scale)
+        whiskers = _whiskers(column, values, errors, scale)
+        ax.errorbar(x, values, yerr=whiskers, marker="o", capsize=3)
         ax.set_xscale("log", base=2)
         ax.set_xticks(x, [f"{v:g}" for v in x])
         ax.set(xlabel=key, ylabel=label)
@@ -389,7 +407,8 @@ def comparison(study: Study, other: Study, path: Path) -> Path:
             for r in shared
         ]
         errors = [_ci95(s, r, "samples_per_s") for r in shared]  # none for runs without numbers
-        ax.bar(x + offset, values, yerr=errors, capsize=3, width=0.4, color=color, label=s.key)
+        whiskers = _whiskers("samples_per_s", values, errors)
+        ax.bar(x + offset, values, yerr=whiskers, capsize=3, width=0.4, color=color, label=s.key)
         for xi, value, r in zip(x, values, shared, strict=True):
             text = f"{value:,.0f}" if not np.isnan(value) else s.runs.at[r, "status"]
             ax.text(

@@ -35,7 +35,7 @@ import yaml
 from dmls import record
 from dmls.files import atomic_write, read_json
 from dmls.report import observations, quantities
-from dmls.report.cells import FORMATS, cell
+from dmls.report.cells import FORMATS, bounds_of, cell
 from dmls.report.page import hosts
 from dmls.report.study import OK, Study
 from dmls.report.wording import ratio_strings
@@ -133,7 +133,9 @@ def _numbers(study: Study, run: str) -> list[str]:
     row = study.runs.loc[run]
     ok = row["status"] == OK
     return [
-        cell(row.get(col), FORMATS[col], shown=ok, ci95=row.get(f"{col}_ci95"))
+        cell(
+            row.get(col), FORMATS[col], shown=ok, ci95=row.get(f"{col}_ci95"), bounds=bounds_of(col)
+        )
         if ok
         else row["status"]
         for col, _ in SHOWN

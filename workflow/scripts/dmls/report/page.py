@@ -25,7 +25,7 @@ import yaml
 from dmls import record
 from dmls.files import atomic_write, read_json
 from dmls.report import captions, special, special_answers, timeline
-from dmls.report.cells import FORMATS, MIB, cell, missing, stand_in
+from dmls.report.cells import FORMATS, MIB, bounds_of, cell, missing, stand_in
 from dmls.report.study import ALONE, OK, SHARED
 from dmls.study_spec import StudySpec
 
@@ -149,7 +149,12 @@ def all_runs(frame: pd.DataFrame) -> dict[str, Any]:
             if column in TEXT_COLUMNS:
                 text = sort = cell(value, str)
             elif ok and not missing(value):
-                text = cell(value, FORMATS.get(column, str), ci95=row.get(f"{column}_ci95"))
+                text = cell(
+                    value,
+                    FORMATS.get(column, str),
+                    ci95=row.get(f"{column}_ci95"),
+                    bounds=bounds_of(column),
+                )
                 sort = _sort_key(value)
             else:
                 text = sort = ""

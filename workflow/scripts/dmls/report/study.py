@@ -447,7 +447,13 @@ class Study:
             ran = row["status"] == OK
             # (A study where no run finished has no columns of numbers at all.)
             shown = [
-                cells.cell(row.get(col), cells.FORMATS[col], shown=ran, ci95=_ci95(row, col))
+                cells.cell(
+                    row.get(col),
+                    cells.FORMATS[col],
+                    shown=ran,
+                    ci95=_ci95(row, col),
+                    bounds=cells.bounds_of(col),
+                )
                 for col, _ in columns
             ]
             rows.append(
