@@ -1,5 +1,7 @@
 # Helpers shared by the rules: the config expanded into runs, and per-run inputs/resources.
 
+import hashlib
+import re
 import time
 
 from snakemake.exceptions import WorkflowError
@@ -163,6 +165,19 @@ def special_study_outputs():
         for name, cfg in config["special_studies"].items()
         if cfg["enabled"]
     ]
+
+
+def compare_page():
+    """The `compare` rule's page, one per list of folders ("results_h100-vs-results_a100.html"):
+    Snakemake removes a job's output before it runs, so a compare of other folders that fails
+    leaves this page as it was. Folders of one name are told apart by their paths' digest.
+    """
+    names = [Path(f).resolve().name or "root" for f in config["compare"]]
+    name = "-vs-".join(re.sub(r"[^\w.+-]", "_", n) for n in names) or "compare"
+    if len(set(names)) < len(names) or len(name) > 120:
+        paths = "\0".join(str(Path(f).resolve()) for f in config["compare"])
+        name = f"{name[:100]}-{hashlib.sha256(paths.encode()).hexdigest()[:8]}"
+    return f"{RESULTS}/compare/{name}.html"
 
 
 def compare_metrics(wildcards):

@@ -96,7 +96,7 @@ rule compare:
         template="report/compare.html.j2",
         css="report/report.css",
     output:
-        html=f"{RESULTS}/compare/compare.html",
+        html=compare_page(),
     log:
         f"{RESULTS}/logs/compare.log",
     localrule: True

@@ -65,10 +65,16 @@ def test_two_folders_compare_with_ratios_spec_differences_and_missing_runs(folde
     assert rows[("single_gpu", "b")][energy].startswith("500 ± ")
     assert rows[("single_gpu", "a")][energy] == ""
     # The report's own verdicts, per folder: ddp_2gpu faster than single_gpu in a (1.62×), in b
-    # (1.40×); each ratio's interval over the seeds' ×0.9..1.1 spread excludes 1.
+    # (1.40×); each ratio's interval over the seeds' ×0.9..1.1 spread excludes 1. b's ddp_2gpu
+    # trained at another batch: whether the two folders agree is not judged (issue #55, 4),
+    # nor its numbers against a's.
     line, _ = section["conclusions"]
     assert line.startswith("ddp_2gpu's throughput against single_gpu's: faster on a, 1.62×")
-    assert "faster on b, 1.40×" in line and line.endswith("they agree.")
+    assert "faster on b, 1.40×" in line
+    assert line.endswith("not judged: not the same experiment in every folder.")
+    ddp = rows[("ddp_2gpu", "b")]
+    for text in ddp[columns.index("samples/s vs a (> 1: faster)") :][:2]:
+        assert text.endswith("no verdict: not the same experiment (batch_size differ)"), text
     page = (tmp_path / "c.html").read_text()
     assert '<section id="parallelism">' in page and "Not the same experiment" in page
     assert not re.search(r">\s*(nan|NaN|None)\s*<", page)
@@ -102,15 +108,30 @@ def test_the_compare_target_of_the_workflow_writes_the_page(folders, tmp_path):
 
     snakemake = Path(sys.executable).parent / "snakemake"
     out = tmp_path / "results"
-    done = subprocess.run(
-        [str(snakemake), "compare", "--cores", "1", "--config",
-         f"compare=[{folders[0]},{folders[1]}]", f"results_dir={out}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+
+    def compare(*pair):
+        return subprocess.run(
+            [str(snakemake), "compare", "--cores", "1", "--config",
+             f"compare=[{','.join(map(str, pair))}]", f"results_dir={out}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    done = compare(*folders)
     assert done.returncode == 0, done.stderr[-3000:]
-    page = (out / "compare" / "compare.html").read_text()
+    page = (out / "compare" / "a-vs-b.html").read_text()
     assert "1 of 4 runs not in b: dataparallel_2gpu" in page
-    assert "they agree" in (out / "logs" / "compare.log").read_text()
+    assert "disagree" not in (out / "logs" / "compare.log").read_text()
+    # Issue #55 (5): a compare of other folders that fails leaves this page as it was
+    # (Snakemake removes a job's output before it runs: each list of folders has its own page).
+    (tmp_path / "empty" / "runs").mkdir(parents=True)
+    failed = compare(folders[0], tmp_path / "empty")
+    assert failed.returncode != 0
+    assert (
+        "empty: no runs/<study>/<run>/metrics.json"
+        in failed.stderr + (out / "logs" / "compare.log").read_text()
+    )
+    assert (out / "compare" / "a-vs-b.html").read_text() == page
+    assert not (out / "compare" / "a-vs-empty.html").exists()
 
 
 def test_the_committed_example_folders_compare(tmp_path):
@@ -144,6 +165,11 @@ def test_runs_of_the_same_spec_on_different_data_are_not_the_same_experiment(tmp
         "single_gpu on b: differs from a in data (sha256 000000000000… vs ffffffffffff…) (not "
         "the same experiment)"
     ]
+    # Issue #55 (4): the numbers side by side, no verdict word ("more accurate") on them.
+    row = next(r for r in section["rows"] if r[1] == "b")
+    accuracy = row[result["columns"].index("test acc. vs a")]
+    assert accuracy.endswith(", no verdict: not the same experiment (data differ)"), accuracy
+    assert "accurate" not in accuracy and "noise" not in accuracy
 
 
 def test_an_output_that_names_a_folder_gets_compare_html_in_it(folders, tmp_path, capsys):

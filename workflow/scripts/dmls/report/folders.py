@@ -142,8 +142,10 @@ def _numbers(study: Study, run: str) -> list[str]:
     ]
 
 
-def _against(study: Study, run: str, ref: Study) -> list[str]:
-    """Throughput as a ratio to the reference's (> 1: faster), accuracy in points."""
+def _against(study: Study, run: str, ref: Study, differs: Sequence[str] = ()) -> list[str]:
+    """Throughput as a ratio to the reference's (> 1: faster), accuracy in points; where the
+    two runs' specs or data differ (`differs`, the keys), the numbers without a verdict: the
+    difference is not the compared setting's alone."""
     if study.runs.at[run, "status"] != OK or ref.runs.at[run, "status"] != OK:
         return ["", ""]
     out = []
@@ -152,6 +154,10 @@ def _against(study: Study, run: str, ref: Study) -> list[str]:
         if comparison is None:
             out.append("")
             continue
+        if differs:
+            keys = ", ".join(dict.fromkeys(d.split(" (")[0] for d in differs))
+            why = f"not the same experiment ({keys} differ)"
+            comparison = replace(comparison, untold=why)
         if quantities.kind(metric) == "ratio":
             out.append(observations.ratio_text(comparison, *observations.WORDS[metric]))
         else:
@@ -177,7 +183,9 @@ def conclusions(studies: dict[str, Study]) -> list[str]:
             throughput = comparisons[run][0]
             verdicts.add(observations.verdict(throughput))
             parts.append(f"{observations.verdict(throughput)} on {name}, {_ratio(throughput)}")
-        if any(c[run][0].finding == quantities.TOO_FEW for c in per_folder.values()):
+        if any(differences(first.metrics[run], s.metrics[run]) for s in studies.values()):
+            agree = "whether they agree, not judged: not the same experiment in every folder"
+        elif any(c[run][0].finding == quantities.TOO_FEW for c in per_folder.values()):
             agree = "whether they agree, not judged without a verdict on each"
         else:
             agree = "they agree" if len(verdicts) == 1 else "they DISAGREE"
@@ -207,7 +215,7 @@ def _rows(
             diff, against = [], ["", ""]
             if ref is not None and name != ref_name and run in ref.runs.index:
                 diff = differences(ref.metrics[run], study.metrics[run])
-                against = _against(study, run, ref)
+                against = _against(study, run, ref, diff)
                 if diff:
                     keys = ", ".join(diff)
                     different.append(
