@@ -8,6 +8,7 @@ import itertools
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -360,18 +361,57 @@ def test_the_check_tool_names_every_problem_at_its_file_and_line(tmp_path):
     out = check_tool(bad)
     assert out.returncode == 1
     assert out.stderr.splitlines() == [
-        "invalid run spec:",
+        "invalid config:",
         f"  {bad}:4: studies.optimizer.runs.sgd.optimizer.name: 'adamx' is not allowed; "
         "allowed: sgd, adam, adamw, rmsprop",
+        "invalid run spec:",
         f"  {bad}:5: studies.optimizer.runs.v1.5.batch_size: 30000 per replica × 2 replica(s) "
         "= 60000 samples per step, but the training set has 50000 (CIFAR-10's published set, "
         "as data.cifar10.md5 fixes it); use at most 25000",
     ]
-    out = check_tool(bad, over)  # the schema first, as the Snakefile checks it
+    # A key every run shares is bad: every bad key is still named, at every level; the
+    # constraints between a run's keys wait for it (they would be checked against a guess).
+    out = check_tool(bad, over)
     assert out.stderr.splitlines() == [
         "invalid config:",
         f"  {over}:1: seeds: 2.5 is not a whole number; write an integer",
+        f"  {bad}:4: studies.optimizer.runs.sgd.optimizer.name: 'adamx' is not allowed; "
+        "allowed: sgd, adam, adamw, rmsprop",
     ]
+
+
+def test_bad_keys_of_the_defaults_a_base_and_the_runs_come_in_one_message(tmp_path):
+    """Issue #55 (6): bad `defaults` keys were named first, bad run keys only once those were
+    fixed, in the workflow and in tools/check_config.py alike."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        'defaults:\n  epochs: "two"\nstudies:\n  parallelism:\n    base: {optimizer: {lr: fast}}\n'
+        '    runs:\n      single_gpu: {batch_size: 3.5}\n      ddp_2gpu: {nodes: "1"}\n'
+    )
+    expected = [
+        "invalid config:",
+        "  defaults.epochs: 'two' is not of type 'integer'",
+        "  studies.parallelism.base.optimizer.lr: 'fast' is not of type 'number'",
+        "  studies.parallelism.runs.single_gpu.batch_size: 3.5 is not a whole number; write an "
+        "integer",
+        "  studies.parallelism.runs.ddp_2gpu.nodes: '1' is not of type 'integer'",
+    ]
+    with pytest.raises(SpecError) as err:
+        check_config(yaml.safe_load(bad.read_text()) | {"data": {}})
+    assert str(err.value).splitlines() == expected
+    at = iter((2, 5, 7, 8))  # each key's line in the file
+    out = check_tool(bad)
+    assert out.stderr.splitlines() == [
+        f"  {bad}:{next(at)}: {line.strip()}" if line.startswith("  ") else line
+        for line in expected
+    ]
+    snakemake = Path(sys.executable).parent / "snakemake"
+    dry = subprocess.run(
+        [str(snakemake), "-n", "--configfile", str(bad), "--config", f"results_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    said = dry.stdout + dry.stderr
+    assert dry.returncode != 0 and "\n".join(expected) in said, said
 
 
 def test_the_check_tool_passes_a_good_config_with_one_line(tmp_path):

@@ -13,6 +13,7 @@ import copy
 import difflib
 import json
 import math
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, cast, get_type_hints
@@ -359,11 +360,52 @@ def run_validator(schema: dict[str, Any]):
 
 
 def check_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
-    """Raise SpecError listing every schema violation of `config`, each with its key path and
-    what is allowed there. Snakemake's `validate` then fills in the defaults; its own message
-    for the first error is a dump of the schema."""
-    validator = strict_validator(schema or load_schema())
-    _raise_errors("invalid config", validator.iter_errors(config), prefix=())
+    """Raise SpecError listing every schema violation of `config` at every level, each with its
+    key path and what is allowed there: the config's own keys, `defaults`, and each study's
+    `base` and runs, which the schema leaves open until they are merged (each layer holds run
+    keys, every one optional: a key's value is checked in the layer that sets it, so a bad
+    `defaults` key is named once, not again in every run). Snakemake's `validate` then fills
+    in the defaults; its own message for the first error is a dump of the schema."""
+    schema = schema or load_schema()
+    errors = list(strict_validator(schema).iter_errors(config))
+    lines = _error_lines(errors, prefix=())
+    layers = run_validator(schema)
+    studies = config.get("studies")
+    studies = {
+        study: definition
+        for study, definition in (studies if isinstance(studies, dict) else {}).items()
+        if isinstance(definition, dict)
+    }
+    broken: set[tuple[str, str]] = set()  # runs with a bad key in a layer of their own
+    for study, definition in studies.items():
+        base = definition.get("base")
+        base_lines = []
+        if isinstance(base, dict):
+            base_lines = _error_lines(layers.iter_errors(base), ("studies", study, "base"))
+        lines += base_lines
+        runs = definition.get("runs")
+        for run, overrides in (runs if isinstance(runs, dict) else {}).items():
+            own = []
+            if isinstance(overrides, dict):
+                prefix = ("studies", study, "runs", str(run))
+                own = _error_lines(layers.iter_errors(overrides), prefix)
+            lines += own
+            if own or base_lines:
+                broken.add((study, run))
+    if not lines:
+        return
+    message = "invalid config:\n  " + "\n  ".join(lines)
+    # The constraints between a run's keys too, for every run whose own keys are sound, where
+    # what every run shares is (the defaults, the data, the seeds): all in one message.
+    shared = {"defaults", "data", "seeds", "strict"}
+    if not any(e.absolute_path and e.absolute_path[0] in shared for e in errors):
+        filled = dict(config, studies=studies)
+        filled["defaults"] = deep_merge(run_defaults(schema), config.get("defaults") or {})
+        try:
+            resolve_runs(filled, schema, skip=broken)
+        except SpecError as e:
+            message += f"\n{e}"
+    raise SpecError(message)
 
 
 def _raise_errors(title: str, errors, prefix: tuple[str, ...]) -> None:
@@ -424,7 +466,9 @@ def _explain(error, prefix: tuple[str, ...]) -> list[str]:
 
 
 def resolve_runs(
-    config: dict[str, Any], schema: dict[str, Any] | None = None
+    config: dict[str, Any],
+    schema: dict[str, Any] | None = None,
+    skip: Collection[tuple[str, str]] = (),
 ) -> dict[str, RunSpec]:
     """Expand the studies of a (schema-validated) config into run specs keyed '<study>/<run>'.
 
@@ -433,6 +477,7 @@ def resolve_runs(
     fill where its size is known before the data is read (dmls.config.data_sizes), a
     `baseline` that is no run. Under `strict`, a run whose spec pins the CPU yet asks for what
     only a GPU does is an error here too: it could only be skipped, which strict forbids.
+    `skip`: the (study, run) pairs not to build, their bad keys named already (check_config).
     """
     schema = schema or load_schema()
     validator = run_validator(schema)
@@ -440,6 +485,8 @@ def resolve_runs(
     problems: list[str] = []
     for study, definition in config["studies"].items():
         for run, overrides in (definition.get("runs") or {}).items():
+            if (study, run) in skip:  # (its bad keys named already: check_config)
+                continue
             merged = deep_merge(config["defaults"], definition.get("base") or {}, overrides or {})
             if config.get("seeds") is not None:  # the command line's `--config seeds=N`
                 merged["seeds"] = config["seeds"]
