@@ -515,3 +515,32 @@ def test_early_stopping_goes_back_to_the_weights_of_the_lowest_validation_loss(
                                   early_stopping_patience=3)["seeds"]  # fmt: skip
     assert patient["final"]["restored_best_epoch"] is None
     assert [patient["final"][key] for key in FINAL] == [whole["history"][3][key] for key in FINAL]
+
+
+def test_the_unseen_count_is_of_distinct_samples_not_the_samplers_padding_copies(tmp_path):
+    """Issue #55 (7): 513 samples on 2 ranks recorded 2 unseen per epoch, though the sampler
+    pads 513 to 514 with a copy of a sample that is seen, and 1 distinct sample is never seen.
+    Counted here against the sampler's own order, every epoch, for both ranks."""
+    import torch
+
+    from dmls.data import datasets
+    from dmls.data.loaders import make_loaders
+
+    datasets.prepare("tabular", {"dir": None, "synthetic": {"n_train": 513, "n_test": 64,
+                                                            "seed": 0}}, tmp_path)  # fmt: skip
+    spec = make_spec(dataset="tabular", device="cpu", batch_size=32, num_workers=0,
+                     model={"name": "mlp", "hidden": 8, "batch_norm": True})  # fmt: skip
+    ranks = [
+        make_loaders(spec, tmp_path, rank=r, world_size=2, device=torch.device("cpu"),
+                     samples_per_step=32, memory_format=torch.contiguous_format,
+                     min_samples_per_device=2)
+        for r in range(2)
+    ]  # fmt: skip
+    assert [r.unseen_per_epoch for r in ranks] == [1, 1]
+    for epoch in range(3):
+        seen = set()
+        for r in ranks:
+            r.sampler.set_epoch(epoch)
+            order = list(r.sampler)
+            seen |= set(order[: len(order) - len(order) % 32])  # its last batch dropped
+        assert 513 - len(seen) == ranks[0].unseen_per_epoch

@@ -30,7 +30,8 @@ class Loaders:
     n_train: int
     n_test: int
     manifest: dict
-    # Training samples of this rank left out of every epoch (a last batch dropped), and why.
+    # Distinct training samples no rank's step sees in an epoch (each rank's last batch
+    # dropped, less the sampler's padding copies among them: `distinct_unseen`), and why.
     unseen_per_epoch: int = 0
     unseen_reason: str | None = None
     validation: Any = None
@@ -158,7 +159,7 @@ def make_loaders(
         len(y_train),
         len(y_test),
         ds.manifest,
-        last if drop_last else 0,
+        distinct_unseen(sampler, len(y_train), last) if drop_last else 0,
         unseen_reason,
         validation,
         len(y_val),
@@ -265,6 +266,18 @@ def _splits(spec: RunSpec, ds: datasets.Dataset) -> tuple[Arrays, Arrays, Arrays
     if spec.test_samples:
         x_test, y_test = x_test[: spec.test_samples], y_test[: spec.test_samples]
     return (x_train, y_train), (x_val, y_val), (x_test, y_test)
+
+
+def distinct_unseen(sampler: DistributedSampler, n: int, last: int) -> int:
+    """How many of the `n` training samples no rank sees in an epoch where each rank drops its
+    last `last` positions. The sampler pads its shuffled order to a multiple of the ranks with
+    copies of the order's first samples (`total_size - n` of them) and deals position i to
+    rank i mod R, so the dropped positions are the order's last R × last, the padding copies
+    among them, their originals at its start, which are seen: 513 samples on 2 ranks drop 2
+    positions, one of them a copy, and leave 1 sample unseen."""
+    dropped = last * sampler.num_replicas
+    padding = sampler.total_size - n
+    return max(dropped - padding, 0) if dropped < sampler.total_size else n
 
 
 def _unseen_reason(

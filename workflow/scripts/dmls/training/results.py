@@ -182,10 +182,9 @@ def seed_result(
             # The last rows of the training arrays, held out (`validation_samples`; 0 = none).
             "n_validation": loaders.n_validation,
             "n_test": loaders.n_test,
-            # Samples per epoch that no step saw, over all ranks (each drops its ragged last
-            # batch), and why.
-            "train_samples_unseen_per_epoch": loaders.unseen_per_epoch
-            * loaders.sampler.num_replicas,
+            # Distinct samples per epoch that no step of any rank saw (each drops its ragged
+            # last batch; the sampler's padding copies not counted), and why.
+            "train_samples_unseen_per_epoch": loaders.unseen_per_epoch,
             "train_samples_unseen_reason": loaders.unseen_reason,
         },
     )

@@ -122,8 +122,8 @@ class Trainer:
         self.memory = StepMemory(strategy.gpu_indices(), len(self.data.train))
         if self.data.unseen_reason and process.is_main:
             print(
-                f"{self.data.unseen_per_epoch} training sample(s) per rank left out of each "
-                f"epoch: {self.data.unseen_reason}",
+                f"{self.data.unseen_per_epoch} training sample(s) left out of each epoch "
+                f"(no rank sees them): {self.data.unseen_reason}",
                 flush=True,
             )
 
