@@ -402,7 +402,7 @@ onstart:
     hooks.say_what_this_host_will_run(
         workflow, RUNS, RESULTS, config, CONFIG_SCHEMA
     )
-    hooks.say_what_will_be_replaced(RUNS, RESULTS)
+    hooks.say_what_will_be_replaced(workflow, RUNS, RESULTS)
 
 
 # When this invocation started: a report older than this was built by an earlier one.

@@ -247,6 +247,12 @@ def test_a_finished_run_whose_settings_changed_is_said_to_be_replaced_before_it_
     said = out.stderr[: out.stderr.index("cluster_torchrun/n1xp1/train.log")]  # before the job
     assert (f"1 run(s) with results in {tmp_path} will train again and replace them: their "
             "settings changed since (seeds 2 → 1 (1 run(s))).") in said  # fmt: skip
+    # Issue #55 (9): another run asked for, n1xp1's changed settings are not its business
+    # (nothing of n1xp1 is touched): not named.
+    other = run.parent.parent / "n2xp1" / "metrics.json"
+    out = snakemake(str(other), *settings, "--config", "seeds=2", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "will train again" not in out.stderr and run.exists()
     # Stopped with Ctrl-C while the run trains, the DAG says what it kept and how to go on.
     import signal
 

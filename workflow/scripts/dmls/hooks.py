@@ -130,12 +130,20 @@ def advise_cores(workflow: Any, runs: Mapping[str, Any], isolation: str, on_clus
         say(line)
 
 
-def say_what_will_be_replaced(runs: Mapping[str, Any], results: str) -> None:
+def say_what_will_be_replaced(workflow: Any, runs: Mapping[str, Any], results: str) -> None:
     """Finished runs whose settings changed since (`--config seeds=1` on a finished folder)
-    are trained again and replaced: say so before any job starts."""
+    are trained again and replaced: say so before any job starts, of the runs this
+    invocation's DAG trains (a run it doesn't target is left as it is: not named)."""
     from dmls import dag_outcome
+    from dmls.supervisor.estimate import jobs_of
 
-    planned = {run_id: spec.to_dict() for run_id, spec in runs.items()}
+    jobs = jobs_of(workflow)
+    training = None if jobs is None else {job.name for job in jobs if job.rule == "train"}
+    planned = {
+        run_id: spec.to_dict()
+        for run_id, spec in runs.items()
+        if training is None or run_id in training
+    }
     if note := dag_outcome.replaced(planned, Path(results)):
         say(note)
 
