@@ -5,11 +5,11 @@
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version, update_config, validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from dmls.config.spec import SpecError, check_config, config_file_problems
+from dmls.config.spec import SpecError, check_config, config_file_problems, yaml_scalars
 
 min_version("9.0")
 
@@ -23,6 +23,11 @@ for _path in ["config/config.yaml", *workflow.overwrite_configfiles]:
 
 
 configfile: "config/config.yaml"
+
+
+# A nested `--config` value's numbers and booleans, read as a config file's are (Snakemake
+# reads them as strings: `--config 'defaults={epochs: 3}'` would give epochs '3').
+update_config(config, yaml_scalars(dict(workflow.config_settings.config)))
 
 
 # Every config error at once, each naming its key and what is allowed there; then Snakemake's

@@ -431,3 +431,34 @@ def test_the_check_tool_passes_a_good_config_with_one_line(tmp_path):
         "does nothing would pass as a run that survived it):\n"
         "  optimizer/sgd: epoch 3, but the run trains 2 epoch(s)\n"
     )
+
+
+def test_a_nested_command_line_value_is_read_as_yaml(tmp_path):
+    """Issue #55 (9): `--config 'cluster={runtime_minutes: 600}'` failed with "'600' is not of
+    type 'integer'" (Snakemake reads a nested value's scalars as strings), and no way of
+    writing it passed. It is read as a config file's would be: 0 is the number 0 (too few
+    epochs), 600 an integer, and a word stays a word."""
+    from dmls.config.spec import yaml_scalars
+
+    assert yaml_scalars(
+        {
+            "cluster": {"runtime_minutes": "600"},
+            "d": {"lr": "0.5", "x": ["true", "null", "adam", "1e3"]},
+        }
+    ) == {
+        "cluster": {"runtime_minutes": 600},
+        "d": {"lr": 0.5, "x": [True, None, "adam", "1e3"]},
+    }
+    snakemake = Path(sys.executable).parent / "snakemake"
+
+    def dry(*config):
+        out = subprocess.run(
+            [str(snakemake), "-n", "--config", *config, f"results_dir={tmp_path}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        return out.returncode, out.stdout + out.stderr
+
+    code, said = dry("cluster={runtime_minutes: 600}", "defaults={epochs: 2, optimizer: {lr: 0.5}}")
+    assert code == 0, said
+    code, said = dry("defaults={epochs: 0}")
+    assert code != 0 and "defaults.epochs: 0 is less than the minimum of 1" in said, said

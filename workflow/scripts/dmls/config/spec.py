@@ -13,7 +13,7 @@ import copy
 import difflib
 import json
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, cast, get_type_hints
@@ -329,6 +329,25 @@ def config_file_problems(path: Path) -> list[str]:
     finally:
         loader.dispose()
     return [f"{path}: {line}" for line in loader.duplicates]
+
+
+def yaml_scalars(value: Any) -> Any:
+    """A `--config` value as a config file would hold it: Snakemake reads a nested one's
+    scalars as strings (`--config 'defaults={epochs: 3}'` gives epochs '3', which no integer
+    key takes); each such string is read as YAML reads a plain scalar (3, 0.5, true, null),
+    any other stays a string."""
+    if isinstance(value, Mapping):
+        return {k: yaml_scalars(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [yaml_scalars(v) for v in value]
+    if isinstance(value, str) and value.strip() and "\n" not in value:
+        try:
+            read = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        if read is None or isinstance(read, bool | int | float):
+            return read
+    return value
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
