@@ -3,6 +3,7 @@ hands them the workflow, the config and the runs."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -92,3 +93,53 @@ def test_the_smk_hooks_hold_no_logic():
     text = (ROOT / "rules" / "common.smk").read_text()
     inner = [line for line in text.splitlines() if line.startswith(("    import ", "    from "))]
     assert inner == []
+
+
+def _fake_sbatch(tmp_path, monkeypatch, stderr: str) -> None:
+    """An `sbatch` on PATH that refuses with `stderr` (what Slurm's client prints)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_where_slurms_client_finds_no_cluster_no_partition_is_blamed(tmp_path, monkeypatch):
+    """Issue #55 (9): with Slurm's client installed and no controller, `--profile
+    profiles/slurm` said "Slurm refuses this workflow's jobs (the cluster's default partition,
+    no account) … give a partition"."""
+    _fake_sbatch(tmp_path, monkeypatch, "sbatch: fatal: Could not establish a configuration source")
+    monkeypatch.delenv("SBATCH_PARTITION", raising=False)
+    workflow = SimpleNamespace(
+        executor_plugin=SimpleNamespace(name="slurm"),
+        executor_settings=SimpleNamespace(
+            status_command="sacct", init_seconds_before_status_checks=40
+        ),
+        resource_settings=SimpleNamespace(default_resources=None),
+    )
+    with pytest.raises(hooks.HookError) as err:
+        hooks.check_slurm_status_checks(workflow)
+    said = str(err.value)
+    assert said.startswith(
+        "--profile profiles/slurm submits every job to Slurm, but no Slurm cluster answers here "
+        "(no Slurm cluster answered `sbatch --test-only`: sbatch: fatal: Could not establish a "
+        "configuration source)"
+    ), said
+    assert "partition" not in said
+
+
+def test_a_refused_partition_is_to_be_fixed_where_it_was_given(tmp_path, monkeypatch):
+    """Issue #55 (9): a partition from --default-resources was advised to be set in
+    SBATCH_PARTITION, which the user hadn't used."""
+    from dmls.supervisor.slurm import submission_problem
+
+    _fake_sbatch(tmp_path, monkeypatch, "sbatch: error: invalid partition specified: nosuch")
+    monkeypatch.delenv("SBATCH_PARTITION", raising=False)
+    monkeypatch.delenv("SBATCH_ACCOUNT", raising=False)
+    assert submission_problem(partition="nosuch") == (
+        "Slurm refuses this workflow's jobs (slurm_partition=nosuch): sbatch: error: invalid "
+        "partition specified: nosuch. Give a partition `sinfo` lists, and an account of yours "
+        "where the cluster wants one, in --default-resources slurm_partition=… (docs/slurm.md)"
+    )
+    monkeypatch.setenv("SBATCH_PARTITION", "nosuch")
+    assert submission_problem(partition="nosuch").endswith(", in SBATCH_PARTITION (docs/slurm.md)")

@@ -173,13 +173,23 @@ def status_check_problem(
     )
 
 
+# What sbatch says where no controller answers (Slurm's client installed, no cluster: no
+# slurm.conf, or its controller down): not a refusal of a partition.
+NO_CONTROLLER = (
+    "Could not establish a configuration source",
+    "Unable to contact slurm controller",
+    "Unable to establish controller machine",
+)
+
+
 def submission_problem(*, partition: str | None = None, account: str | None = None) -> str | None:
     """Why Slurm refuses every job of this workflow, as sbatch says it, or None: a partition or
     account it does not know (`partition`, `account`: the default resources `slurm_partition`
     and `slurm_account`, which the profile fills from SBATCH_PARTITION and SBATCH_ACCOUNT;
     unset, sbatch reads those variables itself). Asked once before any job (`sbatch
     --test-only` submits nothing), since a refused submission is a failed job, which the
-    profile's retry submits again to the same refusal."""
+    profile's retry submits again to the same refusal. SlurmError where no cluster answered
+    (`NO_CONTROLLER`): no partition is to blame."""
     chosen = {"--partition": partition, "--account": account}
     argv = ["sbatch", "--test-only", "--job-name", "dmls-check"]
     argv += [f"{option}={value}" for option, value in chosen.items() if value]
@@ -189,20 +199,25 @@ def submission_problem(*, partition: str | None = None, account: str | None = No
         raise SlurmError(f"`sbatch --test-only` failed: {e}") from e
     if out.returncode == 0:
         return None
-    given = []  # each as the user gave it (the profile turns SBATCH_* into slurm_*)
+    said = " / ".join(out.stderr.strip().splitlines())
+    if any(sign in out.stderr for sign in NO_CONTROLLER):
+        raise SlurmError(f"no Slurm cluster answered `sbatch --test-only`: {said}")
+    given, fixes = [], []  # each as the user gave it (the profile turns SBATCH_* into slurm_*)
     for key, value, variable in (
         ("slurm_partition", partition, "SBATCH_PARTITION"),
         ("slurm_account", account, "SBATCH_ACCOUNT"),
     ):
         if value and value != os.environ.get(variable):
             given.append(f"{key}={value}")
+            fixes.append(f"--default-resources {key}=…")
         elif os.environ.get(variable):
             given.append(f"{variable}={os.environ[variable]}")
+            fixes.append(variable)
     where = ", ".join(given) or "the cluster's default partition, no account"
+    fix = " and ".join(fixes) or "SBATCH_PARTITION and SBATCH_ACCOUNT"
     return (
-        f"Slurm refuses this workflow's jobs ({where}): "
-        f"{' / '.join(out.stderr.strip().splitlines())}. Give a partition `sinfo` lists, and an "
-        "account of yours where the cluster wants one, in SBATCH_PARTITION and SBATCH_ACCOUNT "
+        f"Slurm refuses this workflow's jobs ({where}): {said}. Give a partition `sinfo` "
+        f"lists, and an account of yours where the cluster wants one, in {fix} "
         "(docs/slurm.md)"
     )
 
