@@ -396,6 +396,7 @@ def release_results_dir():
 onstart:
     RESULTS_CLAIM.append(hook(hooks.claim_results_dir, workflow, RESULTS))
     hook(hooks.check_slurm_status_checks, workflow)
+    hooks.watch_slurm(workflow, STARTED)
     hooks.check_fault_drill(RUNS)
     hooks.advise_bytecode_cache(config)
     hooks.advise_cores(workflow, RUNS, config["isolation"], on_cluster())

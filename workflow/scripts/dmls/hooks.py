@@ -101,6 +101,22 @@ def check_slurm_status_checks(workflow: Any) -> None:
         raise HookError(problem)
 
 
+def watch_slurm(workflow: Any, started: float) -> None:
+    """Under Slurm, in the main Snakemake: what Slurm says of this workflow's jobs and their
+    nodes, every minute in the terminal (dmls.supervisor.slurm_watch), for the last lines too."""
+    from dmls.supervisor import slurm_watch
+
+    if workflow.executor_plugin.name != "slurm" or not workflow.is_main_process:
+        return
+    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    run_id = getattr(executor, "run_uuid", None)  # the plugin's job name, where exposed
+    period = float(os.environ.get("DMLS_SLURM_WATCH_S", slurm_watch.PERIOD_S))
+    own = run_id if isinstance(run_id, str) else None
+    watch = slurm_watch.Watch(os.getcwd(), started, own, period)
+    slurm_watch.WATCH = watch
+    watch.start()
+
+
 def check_fault_drill(runs: Mapping[str, Any]) -> None:
     """A fault drill (DMLS_FAULT) for a run the config lacks is an error before any job."""
     from dmls.protocol import Fault
@@ -225,6 +241,11 @@ def say_how_it_ended(
     """How the runs and special studies ended: Snakemake's "100% done" counts jobs, and a
     skipped run's succeeds; where the DAG stopped, what it kept and how to go on."""
     from dmls import dag_outcome
+    from dmls.supervisor import slurm_watch
 
     page = Path(results) / "report" / "report.html"
-    say(dag_outcome.summary(run_metrics, page, study_outputs, started=started, stopped=stopped))
+    said = dag_outcome.summary(run_metrics, page, study_outputs, started=started, stopped=stopped)
+    if (watch := slurm_watch.WATCH) is not None:  # (under Slurm: the jobs and nodes that failed)
+        watch.stop()
+        said = "\n".join([said, *watch.closing()])
+    say(said)
