@@ -73,6 +73,7 @@ def test_a_node_lost_as_a_2_node_job_starts_is_named_and_trained_again(tmp_path)
     snakemake = subprocess.Popen(
         profile_command(tmp_path, *targets(tmp_path, [RUN])),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=os.environ | {"DMLS_SLURM_WATCH_S": "5"},  # (what Slurm says, every 5 s)
     )  # fmt: skip
     train_log = tmp_path / "runs" / RUN / "train.log"
     try:
@@ -109,6 +110,19 @@ def test_a_node_lost_as_a_2_node_job_starts_is_named_and_trained_again(tmp_path)
     assert lost in kept.read_text(errors="replace")
     assert f"SLURM-job '{first}' failed, SLURM status is: 'FAILED'" in output
     assert "Trying to restart job" in output
+    # Issue #55 (8): what Slurm says of the job is in the terminal within a period of its end
+    # (before: 6 min 30 s of silence), and again in the last lines.
+    ended = re.search(
+        rf"^\[(\d\d:\d\d:\d\d)\] Slurm: job {first} \(train cluster_torchrun_n2xp1\) ended "
+        r"FAILED on node\[1-2\]", output, re.M,
+    )  # fmt: skip
+    assert ended, output[-5000:]
+    closing = output[output.index("Runs by study:") :]
+    assert re.search(rf"^  job {first} \(train cluster_torchrun_n2xp1\): FAILED on node\[1-2\]",
+                     closing, re.M)  # fmt: skip
+    assert f"{RUN}: {lost}. The node failed" in closing  # (the node, named in the last lines)
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] Slurm: 1 running \(train cluster_torchrun_n2xp1 ",
+                     output, re.M)  # fmt: skip
 
     metrics = read_json(tmp_path / "runs" / RUN / "metrics.json")
     assert metrics["status"] == "ok", metrics.get("reason")
@@ -117,6 +131,8 @@ def test_a_node_lost_as_a_2_node_job_starts_is_named_and_trained_again(tmp_path)
     assert len(metrics["history"]) == 2  # both epochs, trained by the retry
     assert cluster("status").returncode == 0
     print(f"\nnode lost at launch, then trained by the retry: {seconds:.0f} s")
+    print(*(line for line in output.splitlines() if "Slurm:" in line or (line.startswith("  ")
+            and line.lstrip().startswith(("job ", "node ")))), sep="\n")  # fmt: skip
 
 
 def _running(state: tuple[str, str] | None) -> tuple[str, str] | None:

@@ -94,6 +94,25 @@ def test_a_job_that_ends_badly_is_said_once_and_named_at_the_end():
     assert closing[2].startswith("  node node2: down, not responding (down*) from ")
 
 
+def test_a_failed_jobs_own_reason_is_read_from_its_kept_slurm_log(tmp_path):
+    """A node lost as the job starts is named by the job itself (srun's failure, in the
+    supervisor's INTERRUPTED line), not by Slurm, which still counts the node up: the last
+    lines quote it from the job's kept Slurm log."""
+    log = tmp_path / "rule_train" / "cluster_torchrun_n2xp1" / "17.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("epoch 1\nINTERRUPTED cluster_torchrun/n2xp1: srun could not start a task on "
+                   "node node2 (…). The node failed, not the run\nmore\n")  # fmt: skip
+    slurm = Slurm()
+    slurm.queue = [job(17, "FAILED", reason="NonZeroExitCode")]
+    w = Watch("/w", 0.0, "abc", run=slurm, logdir=tmp_path)
+    w.poll()
+    assert w.closing()[1] == (
+        "  job 17 (train cluster_torchrun_n2xp1): FAILED on node[1-2] (Slurm's reason: "
+        f"NonZeroExitCode); its log ({log}): INTERRUPTED cluster_torchrun/n2xp1: srun could not "
+        "start a task on node node2 (…). The node failed, not the run"
+    )
+
+
 def test_only_this_workflows_jobs_are_watched():
     slurm = Slurm()
     slurm.queue = [job(1, "RUNNING", name="other"), job(2, "RUNNING"),

@@ -112,7 +112,8 @@ def watch_slurm(workflow: Any, started: float) -> None:
     run_id = getattr(executor, "run_uuid", None)  # the plugin's job name, where exposed
     period = float(os.environ.get("DMLS_SLURM_WATCH_S", slurm_watch.PERIOD_S))
     own = run_id if isinstance(run_id, str) else None
-    watch = slurm_watch.Watch(os.getcwd(), started, own, period)
+    logdir = getattr(workflow.executor_settings, "logdir", None) or ".snakemake/slurm_logs"
+    watch = slurm_watch.Watch(os.getcwd(), started, own, period, logdir=Path(logdir).absolute())
     slurm_watch.WATCH = watch
     watch.start()
 

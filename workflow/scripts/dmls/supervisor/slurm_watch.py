@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # How often the terminal hears from Slurm (env DMLS_SLURM_WATCH_S overrides it: the drills).
 PERIOD_S = 60.0
@@ -68,6 +69,9 @@ class Watch:
     period: float = PERIOD_S
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
     run: Callable[[Sequence[str]], str] = field(default=None)  # type: ignore[assignment]
+    # Where the plugin keeps each job's Slurm log (`--slurm-logdir`): a failed job's is read
+    # for the reason the job itself gave (the supervisor's INTERRUPTED line names a lost node).
+    logdir: Path | None = None
     jobs: dict[str, Job] = field(default_factory=dict)
     problems: dict[str, NodeProblem] = field(default_factory=dict)
     # Per job seen COMPLETING: its nodes, and the first and last poll that saw it so.
@@ -145,7 +149,7 @@ class Watch:
             if job.state in BAD_ENDS:
                 lines.append(
                     f"  job {job.job_id} ({job.what}): {job.state} on {job.nodes or 'no node'}"
-                    f"{_why(job.reason)}"
+                    f"{_why(job.reason)}{self._said(job.job_id)}"
                 )
         for job_id, (nodes, first, last) in self.completing.items():
             job = self.jobs[job_id]
@@ -157,6 +161,19 @@ class Watch:
         for p in self.problems.values():
             lines.append(f"  node {p.node}: {_state_words(p.state)} from {p.since}{_why(p.reason)}")
         return ["Slurm:", *lines] if lines else []
+
+    def _said(self, job_id: str) -> str:
+        """What the job's own log says of why it stopped (the supervisor's RunInterrupted, or
+        its INTERRUPTED line), where the log is kept; empty otherwise."""
+        if self.logdir is None:
+            return ""
+        for log in Path(self.logdir).glob(f"**/{job_id}.log"):
+            text = log.read_text(errors="replace")
+            said = [line.split("RunInterrupted: ")[-1].strip() for line in text.splitlines()
+                    if "RunInterrupted: " in line or line.startswith("INTERRUPTED ")]  # fmt: skip
+            if said:
+                return f"; its log ({log}): {said[-1][:400]}"
+        return ""
 
     def _ours(self, queue: str) -> list[Job]:
         found = []
