@@ -43,6 +43,9 @@ METRICS = {
     "step_gpu_mem_bytes": Metric("GPU memory a step adds", "MiB", "heavier", "lighter", 1 / MIB),
     "peak_gpu_mem_allocated_bytes": Metric("peak GPU memory", "MiB", "heavier", "lighter", 1 / MIB),
     "peak_host_rss_bytes": Metric("peak host RSS", "MiB", "heavier", "lighter", 1 / MIB),
+    "graph_pool_reserved_bytes": Metric(
+        "CUDA-graph pool, reserved", "MiB", "heavier", "lighter", 1 / MIB
+    ),
 }
 
 
@@ -336,7 +339,7 @@ def fit(study: Study, metric: str, against: str) -> dict[str, Any]:
             ys.append(quantities.mean(study, run, metric) * spec.scale)
             said.setdefault(seeds_said(study, run, metric), []).append(run)
     if len(set(xs)) < 3:
-        raise NotMeasured(f"fewer than three {against} values finished")
+        raise NotMeasured(f"fewer than three {against} values measured it")
     # Along a line or not, by the one rule: the interval of a parabola's quadratic term
     # (quantities.line's bend), never a threshold on R².
     line, bend = quantities.line(xs, ys)
