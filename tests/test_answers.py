@@ -506,7 +506,7 @@ def test_b1_measures_why_two_processes_on_one_host_step_slower_than_one():
     case, facts = answers.one_host_cause(alike("cluster_torchrun", {}, runs[:2]), None)
     assert case == "other"
     assert str(facts["passive"]) == "not measured (the config has no run n1xp2_passive)"
-    assert facts["all_reduce"] == "nothing (it did not run)"
+    assert facts["all_reduce"] == "not measured (the sweep did not run)"
     assert facts["unexplained"] == "100%"
     # Two processes as fast as one: nothing lost to explain.
     quick = [runs[0], run("n1xp2", 2, 80_000.0, 30)]

@@ -318,15 +318,18 @@ def _all_reduce(
     time `lost` per step, or why it can't say; and those ms (None where not measured)."""
     params = metrics.get("parameters")
     if sweep is None:
-        return "nothing (it did not run)", None
+        return "not measured (the sweep did not run)", None
     if not params:
-        return f"nothing ({metrics['run']}'s record has no parameter count)", None
+        return f"not measured ({metrics['run']}'s record has no parameter count)", None
     device = "cuda" if str(metrics["ranks"][0]["device"]).startswith("cuda") else "cpu"
     backend, world = metrics["spec"]["backend"], metrics["derived"]["processes"]
     rows = setup_rows(sweep.to_dict("records"), backend, device, world)
     ms = calls_ms(rows, [("all_reduce", b) for b in ddp_buckets(4 * params)])
     if ms is None:
-        return f"nothing (it did not time {backend} on {device}, {world} processes)", None
+        return (
+            f"not measured (the sweep did not time {backend} on {device}, {world} processes)",
+            None,
+        )
     share = f", {min(ms / lost, 9.99):.0%} of the time lost" if lost > 0 else ""
     return f"{ms:.3g} ms for the {4 * params / 1024:,.0f} KiB gradient ({backend}){share}", ms
 
