@@ -15,7 +15,8 @@ from dmls.special.collectives import spec as collectives_spec
 CFG = {
     "title": "A5x", "processes": [2],
     "setups": ["gloo-cpu", "nccl-cuda", "gloo-cpu-nodes", "gloo-cpu-slurm"], "min_bytes": 4,
-    "max_bytes": 4 * 16**4, "size_factor": 16, "warmup": 1, "iterations": 3,
+    "max_bytes": 4 * 16**4, "size_factor": 16, "warmup": 1, "iterations": 8,
+    "min_iterations": 6, "time_budget_s": 0.01,
 }  # fmt: skip
 
 
@@ -37,6 +38,9 @@ def test_every_collective_and_size_is_timed_with_nccl_tests_bandwidths(summary):
         # Two ranks: all-reduce's bus factor 2(n-1)/n = 1, the others' (n-1)/n = 1/2.
         factor = 1.0 if r["op"] == "all_reduce" else 0.5
         assert r["busbw_gb_s"] == pytest.approx(factor * r["algbw_gb_s"])
+        # Issue #56 (1): sized by time, each size's median with its interval.
+        assert 6 <= r["calls"] <= 8
+        assert r["latency_low_us"] <= r["latency_us"] <= r["latency_high_us"]
     with open(out / "collectives.csv") as f:
         assert len(list(csv.DictReader(f))) == len(result["rows"])
     assert (out / "bandwidth.png").stat().st_size > 10_000
@@ -195,3 +199,14 @@ def test_the_gradient_is_the_one_of_the_model_the_a_runs_train():
         "parameters": 390634,
         "dataset": "fashion_mnist",
     }
+
+
+def test_the_calls_per_size_fit_a_time_budget_between_the_fewest_and_the_most():
+    """Issue #56 (1): the sweep sized its loops by count (20 calls at 256 MiB as at 4 B: Gloo's
+    largest messages held all four GPUs for most of its 234 s); now by time, as nccl-tests and
+    the OSU benchmarks do."""
+    cfg = {"time_budget_s": 0.25, "min_iterations": 6, "iterations": 200}
+    assert collectives.calls(50e-6, cfg) == 200  # a 4 B all-reduce: the most
+    assert collectives.calls(0.01, cfg) == 25  # 10 ms a call: as many as fit in 0.25 s
+    assert collectives.calls(0.15, cfg) == 6  # a 256 MiB Gloo all-reduce: the fewest
+    assert collectives.calls(0.15, cfg | {"iterations": 3}) == 3  # never more than the most

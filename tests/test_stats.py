@@ -99,3 +99,19 @@ def test_whether_a_sweep_bends_is_the_interval_of_its_curvature_not_a_threshold(
     coef = np.polyfit(xs, [99.7, 99.9, 117.0, 157.9], 2)
     assert example.value == pytest.approx(coef[0])
     assert stats.curvature(xs[:3], [1, 2, 5]).has_interval is False  # three points: none
+
+
+def test_a_medians_interval_is_two_order_statistics_that_hold_it_with_95_percent():
+    """The collectives sweep's latency per size (issue #56): distribution-free, from the
+    binomial(n, 1/2) law of how many calls fall below the true median."""
+    import scipy.stats
+
+    assert stats.median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) == (3.0, None, None)  # n = 5: none
+    assert stats.median_interval([6.0, 1.0, 2.0, 5.0, 4.0, 3.0]) == (3.5, 1.0, 6.0)
+    values = list(range(1, 21))  # n = 20: x(6) and x(15), coverage 1 - 2 P(B <= 5) = 95.9%
+    assert stats.median_interval(values) == (10.5, 6.0, 15.0)
+    assert (
+        1 - 2 * scipy.stats.binom.cdf(5, 20, 0.5)
+        >= 0.95
+        > 1 - 2 * scipy.stats.binom.cdf(6, 20, 0.5)
+    )

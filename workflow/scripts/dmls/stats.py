@@ -407,6 +407,25 @@ def curvature(
 # --- Proportions (D2's Monte Carlo) ------------------------------------------------------------
 
 
+def median_interval(
+    values: Sequence[float | None], confidence: float = CONFIDENCE
+) -> tuple[float, float | None, float | None]:
+    """The median of the finite values and its distribution-free interval: the order
+    statistics x(l) and x(n+1−l), where l − 1 is the binomial(n, ½) quantile below
+    (1 − confidence)/2, so that the median lies between them with at least `confidence`
+    (no shape assumed: call times have a long right tail). No interval (None, None) with
+    fewer than 6 values at 95%."""
+    x = np.sort(_finite(values))
+    if not len(x):
+        raise ValueError("no finite value to take the median of")
+    median = float(np.median(x))
+    n = len(x)
+    low_index = int(_scipy_stats().binom.ppf((1 - confidence) / 2, n, 0.5))  # l, 1-based
+    if low_index < 1:
+        return median, None, None
+    return median, float(x[low_index - 1]), float(x[n - low_index])
+
+
 def proportion_interval(successes: int, trials: int, confidence: float) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p ± z·se)."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)

@@ -122,8 +122,11 @@ class Watch:
                 if new:  # (since: when its first problem was seen)
                     since = self.problems[node].since if node in self.problems else stamp
                     self.problems[node] = NodeProblem(node, state, reason, since)
-                    on = [f"job {j.job_id} ({j.what})" for j in self.jobs.values()
-                          if node in _nodes(j) and j.state in LIVE]  # fmt: skip
+                    on = [
+                        f"job {j.job_id} ({j.what})"
+                        for j in self.jobs.values()
+                        if node in _nodes(j) and j.state in LIVE
+                    ]
                     lines.append(
                         f"[{stamp}] Slurm: node {node} is {_state_words(state)}{_why(reason)}"
                         + (f"; {', '.join(on)} on it" if on else "")
@@ -169,8 +172,11 @@ class Watch:
             return ""
         for log in Path(self.logdir).glob(f"**/{job_id}.log"):
             text = log.read_text(errors="replace")
-            said = [line.split("RunInterrupted: ")[-1].strip() for line in text.splitlines()
-                    if "RunInterrupted: " in line or line.startswith("INTERRUPTED ")]  # fmt: skip
+            said = [
+                line.split("RunInterrupted: ")[-1].strip()
+                for line in text.splitlines()
+                if "RunInterrupted: " in line or line.startswith("INTERRUPTED ")
+            ]
             if said:
                 return f"; its log ({log}): {said[-1][:400]}"
         return ""

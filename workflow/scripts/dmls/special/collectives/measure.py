@@ -9,9 +9,11 @@ host; `gloo-cpu-slurm` runs them on 2 nodes of the Slurm cluster this host submi
 srun step starting a torchrun agent on each node as a multi-node training run's does (skipped
 with the reason without a cluster). The ranks are started, and stopped when one fails, as a
 training run's are (special/ranks.py). For each collective
-and message size (powers of `size_factor` from `min_bytes` to `max_bytes`), after `warmup`
-untimed calls, every one of `iterations` calls is timed between barriers on rank 0; the
-latency is their median.
+and message size (powers of `size_factor` from `min_bytes` to `max_bytes`), `warmup` calls
+are timed to size the loop (as nccl-tests and the OSU benchmarks size theirs by time): as many
+calls as fit in `time_budget_s` by the slowest rank's warm-up median, at least
+`min_iterations` and at most `iterations`, are each timed between barriers on rank 0; the
+latency is their median, with its distribution-free 95% interval (stats.median_interval).
 Bandwidths follow nccl-tests' definitions (`size` is the whole message: the all-reduced
 buffer, all-gather's output, reduce-scatter's input; n ranks):
   algbw = size / time;  busbw = algbw × 2(n−1)/n for all-reduce, × (n−1)/n for the others,
@@ -37,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dmls import stats
 from dmls.comm import DDP_BUCKET_BYTES
 from dmls.data import datasets
 from dmls.files import new_figure, save_figure, write_csv
@@ -54,7 +57,7 @@ BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (
 PLACEMENTS = {"host": "one host", "nodes": "2 emulated nodes", "slurm": "2 Slurm nodes"}
 COLUMNS = (
     "backend", "device", "placement", "op", "processes", "size_bytes", "status", "reason",
-    "latency_us", "algbw_gb_s", "busbw_gb_s",
+    "latency_us", "latency_low_us", "latency_high_us", "calls", "algbw_gb_s", "busbw_gb_s",
 )  # fmt: skip
 
 
@@ -78,8 +81,19 @@ def sizes(cfg: dict[str, Any]) -> list[int]:
     return out
 
 
-def _time_op(op: str, size: int, world: int, device: torch.device, cfg: dict) -> float:
-    """Median seconds of one call of `op` on a message of `size` bytes (fp32 elements)."""
+def calls(warm_seconds: float, cfg: dict[str, Any]) -> int:
+    """How many calls to time: as many as fit in `time_budget_s` at `warm_seconds` a call,
+    at least `min_iterations`, never more than `iterations`."""
+    fit = int(cfg["time_budget_s"] / warm_seconds) if warm_seconds > 0 else cfg["iterations"]
+    return min(cfg["iterations"], max(cfg["min_iterations"], fit))
+
+
+def _time_op(
+    op: str, size: int, world: int, device: torch.device, cfg: dict
+) -> dict[str, float | int | None]:
+    """The median seconds of one call of `op` on a message of `size` bytes (fp32 elements),
+    its 95% interval and the calls timed (`calls`, agreed by all ranks: the slowest rank's
+    warm-up median sets it)."""
     numel = max(world, size // 4 // world * world)  # divisible by the ranks, at least one each
     shard = numel // world
     if op == "all_reduce":
@@ -102,17 +116,20 @@ def _time_op(op: str, size: int, world: int, device: torch.device, cfg: dict) ->
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    for _ in range(cfg["warmup"]):
-        call()
-    times = []
-    for _ in range(cfg["iterations"]):
+    def timed() -> float:
         sync()
         dist.barrier()
         start = time.perf_counter()
         call()
         sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return time.perf_counter() - start
+
+    warm = [timed() for _ in range(max(cfg["warmup"], 1))]
+    slowest = torch.tensor([statistics.median(warm)], device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # (every rank times as many calls)
+    times = [timed() for _ in range(calls(float(slowest.item()), cfg))]
+    median, low, high = stats.median_interval(times)
+    return {"seconds": median, "low": low, "high": high, "calls": len(times)}
 
 
 def _worker(world: int, backend: str, device_type: str, cfg: dict, out: str, reports: str) -> None:
@@ -139,8 +156,8 @@ def _time_every_op(
         for op in OPS:
             try:
                 for size in sizes(cfg):
-                    seconds = _time_op(op, size, world, device, cfg)
-                    results.append({"op": op, "size_bytes": size, "seconds": seconds})
+                    timing = _time_op(op, size, world, device, cfg)
+                    results.append({"op": op, "size_bytes": size, **timing})
             except (NotImplementedError, RuntimeError) as e:  # a collective the backend lacks
                 results.append({"op": op, "error": error_line(e)})
     finally:
@@ -203,6 +220,9 @@ def sweep(
                 "status": "ok",
                 "reason": None,
                 "latency_us": 1e6 * r["seconds"],
+                "latency_low_us": None if r["low"] is None else 1e6 * r["low"],
+                "latency_high_us": None if r["high"] is None else 1e6 * r["high"],
+                "calls": r["calls"],
                 "algbw_gb_s": algbw,
                 "busbw_gb_s": algbw * BUS_FACTOR[r["op"]](world),
             }

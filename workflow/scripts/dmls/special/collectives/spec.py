@@ -154,6 +154,6 @@ SPEC = StudySpec(
             "collectives.csv",
         ),
     ),
-    repeats=(("iterations", "timed calls per size"),),
+    repeats=(("iterations", "timed calls per size at most"),),
     notes=notes,
 )
