@@ -13,10 +13,10 @@ import time
 from dmls.supervisor import slurm_watch
 from dmls.supervisor.slurm_watch import Watch, expand
 
-NOW = time.strftime("%Y-%m-%dT%H:%M:%S")
 
-
-def job(job_id, state, nodes="node[1-2]", reason="None", name="abc", workdir="/w", when=NOW):
+def job(job_id, state, nodes="node[1-2]", reason="None", name="abc", workdir="/w", when=None):
+    """squeue's line of a job, submitted now unless `when`."""
+    when = when or time.strftime("%Y-%m-%dT%H:%M:%S")
     comment = "rule_train_wildcards_cluster_torchrun_n2xp1"
     return f"{job_id}|{name}|{comment}|{state}|1:02|{nodes}|{reason}|{workdir}|{when}"
 
@@ -116,7 +116,7 @@ def test_a_failed_jobs_own_reason_is_read_from_its_kept_slurm_log(tmp_path):
 def test_only_this_workflows_jobs_are_watched():
     slurm = Slurm()
     slurm.queue = [job(1, "RUNNING", name="other"), job(2, "RUNNING"),
-                   "3|abc|a user's job|RUNNING|1:00|node1|None|/w|" + NOW]  # fmt: skip
+                   "3|abc|a user's job|RUNNING|1:00|node1|None|/w|2026-01-01T00:00:00"]  # fmt: skip
     assert list(watch(slurm).poll()[0].split(": ", 1)[1].split(" (")[:1]) == ["1 running"]
     # Without the plugin's run id: this user's jobs of this directory, submitted since it began.
     slurm.queue = [job(1, "RUNNING", workdir="/elsewhere"), job(2, "RUNNING"),

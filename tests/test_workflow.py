@@ -126,7 +126,7 @@ def test_a_bad_config_stops_snakemake_before_any_job_with_the_key_and_what_is_al
     out = snakemake("--cores", "1", "--configfile", str(bad), "--config", f"results_dir={tmp_path}")
     assert out.returncode == 1
     assert (
-        "invalid run spec:\n  studies.optimizer.runs.lamb.optimizer.name: 'lamb' is not "
+        "invalid config:\n  studies.optimizer.runs.lamb.optimizer.name: 'lamb' is not "
         "allowed; allowed: sgd, adam, adamw, rmsprop\n"
     ) in out.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["bad.yaml"]  # no job ran
@@ -509,13 +509,14 @@ def test_the_report_has_every_study_with_numbers_figures_and_reasons(dag):
         if len(cells) == 20:  # A1's target accuracy: time and epochs to it, and seeds that did
             *cells, time, epochs, seeds = cells
             assert re.fullmatch(r"\d of 2", seeds)
-            assert (time == epochs == "") if seeds != "2 of 2" else " ± " in time + epochs
+            interval = " ± " in time + epochs or ", cut)" in time + epochs  # (#55: cut at 0)
+            assert (time == epochs == "") if seeds != "2 of 2" else interval
         assert len(cells) == 17 and all(cells[i] == "" for i in gpu_memory)
-        number = r"[\d.,]+( ± [\d.,]+)?"
+        number = r"[\d.,]+( ± [\d.,]+| \([\d.,]+–[\d.,]+, cut\))?"
         number_or_word = rf"{number}|cpu|(fp32|fp16|bf16|fp8)(/(fp32|fp16|bf16|fp8))*"
         shown = [c for i, c in enumerate(cells) if i not in gpu_memory]
         assert all(re.fullmatch(number_or_word, c) for c in shown), shown
-        assert all(" ± " in cells[i] for i in with_interval), cells
+        assert all(re.search(r" ± |, cut\)", cells[i]) for i in with_interval), cells
     # Comparisons over the seeds, with their intervals; the warm-process check per study.
     assert page.count("(95% interval ") > len(EXPECTED_RUNS)
     assert page.count("<li>Warm process, later seeds") == len(EXPECTED_RUNS)
