@@ -5,8 +5,9 @@ A missing value (None or NaN), or a number of a row that has none to show (a run
 that did not finish), is an empty cell; a number of a known column has that column's format
 (`FORMATS`), any other number the general one (`number`). A mean over seeds is shown with the
 half-width of its 95% interval, "79.60 ± 0.52", in the same format; one seed, the value alone.
-An interval that would leave what its quantity can be (`BOUNDS`: below 0, an accuracy above
-100%) is shown as its range cut there, "36.33 (0.00–100.00, cut)", never as mean ± half-width.
+An interval that would leave what its quantity can be (`bounds_of`: below 0, an accuracy
+above 100%) is shown as its range cut there, "36.33 (0.00–100.00, cut)", never as mean ±
+half-width.
 """
 
 from __future__ import annotations

@@ -37,6 +37,10 @@ BAD_ENDS = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED", "BOO
 LIVE = ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED")
 
 
+def _run(argv: Sequence[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
 @dataclass
 class Job:
     """A job as squeue last showed it, and since when (this watch's clock) in that state."""
@@ -68,7 +72,7 @@ class Watch:
     run_id: str | None = None
     period: float = PERIOD_S
     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
-    run: Callable[[Sequence[str]], str] = field(default=None)  # type: ignore[assignment]
+    run: Callable[[Sequence[str]], str] = field(default_factory=lambda: _run)
     # Where the plugin keeps each job's Slurm log (`--slurm-logdir`): a failed job's is read
     # for the reason the job itself gave (the supervisor's INTERRUPTED line names a lost node).
     logdir: Path | None = None
@@ -77,10 +81,6 @@ class Watch:
     # Per job seen COMPLETING: its nodes, and the first and last poll that saw it so.
     completing: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        if self.run is None:
-            self.run = _run
 
     def start(self) -> threading.Thread:
         def loop() -> None:
@@ -217,10 +217,6 @@ class Watch:
                 text += _why(", ".join(reasons))
             parts.append(text)
         return ", ".join(parts) or "no job of this workflow in the queue"
-
-
-def _run(argv: Sequence[str]) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
 
 
 def _why(reason: str) -> str:
